@@ -1,0 +1,32 @@
+"""Registry of defense implementations, selected by the `type` of a config variant."""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from atat.defenses.atat import AntiAdversarialTraining
+from atat.defenses.base import Defense, DefenseConfigError, StepContext
+from atat.defenses.nodef import NoDefense
+
+REGISTRY: dict[str, type[Defense]] = {
+    cls.type_name: cls for cls in (NoDefense, AntiAdversarialTraining)
+}
+
+
+def defense_class(type_name: str, where: str = "defense") -> type[Defense]:
+    try:
+        return REGISTRY[type_name]
+    except KeyError:
+        raise DefenseConfigError(
+            f"{where}.type: unknown defense type '{type_name}' (known: {sorted(REGISTRY)})"
+        ) from None
+
+
+def build_defense(variant: Mapping[str, Any], n_classes: int, where: str = "defense") -> Defense:
+    cls = defense_class(variant["type"], where)
+    cls.resolve_params(variant, where)  # raise with the key path before constructing
+    return cls(variant, n_classes)
+
+
+__all__ = ["REGISTRY", "Defense", "DefenseConfigError", "StepContext", "build_defense",
+           "defense_class"]

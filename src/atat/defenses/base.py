@@ -1,0 +1,126 @@
+"""The defense interface. A defense says what it adds to the model, to the loss and to the
+training step; the training loop (atat.train) is shared by every defense."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable, ClassVar, Mapping
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+
+class DefenseConfigError(ValueError):
+    """A defense variant in the config has an unknown or invalid parameter."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Param:
+    default: Any
+    check: Callable[[Any], bool]
+    description: str
+
+
+def positive(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0
+
+
+def non_negative(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0
+
+
+def positive_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and v > 0
+
+
+def boolean(v: Any) -> bool:
+    return isinstance(v, bool)
+
+
+@dataclasses.dataclass
+class StepContext:
+    """What a training step may need besides the batch."""
+
+    epoch: int
+    step: int
+    n_classes: int
+    generator: torch.Generator
+
+
+class Defense:
+    """Base class = NoDef. Subclasses override only what they change."""
+
+    type_name: ClassVar[str] = "nodef"
+    PARAMS: ClassVar[Mapping[str, Param]] = {}
+
+    def __init__(self, params: Mapping[str, Any], n_classes: int) -> None:
+        self.params = self.resolve_params(params)
+        self.n_classes = n_classes
+
+    # ---------------------------------------------------------------- parameters
+    @classmethod
+    def resolve_params(cls, params: Mapping[str, Any], where: str = "defense") -> dict[str, Any]:
+        """Fill defaults and check every parameter; unknown names are errors."""
+        given = {k: v for k, v in params.items() if k not in ("type", "training")}
+        unknown = sorted(set(given) - set(cls.PARAMS))
+        if unknown:
+            raise DefenseConfigError(
+                f"{where}: unknown parameter(s) {unknown} for defense type '{cls.type_name}' "
+                f"(allowed: {sorted(cls.PARAMS)})")
+        out = {}
+        for name, spec in cls.PARAMS.items():
+            value = given.get(name, spec.default)
+            if not spec.check(value):
+                raise DefenseConfigError(
+                    f"{where}.{name}: invalid value {value!r} ({spec.description})")
+            out[name] = value
+        return out
+
+    # ---------------------------------------------------------------- model
+    def build_model(self, model: nn.Module) -> nn.Module:
+        """Modify or wrap the freshly built classifier (e.g. add a bottleneck)."""
+        return model
+
+    def trainable_parameters(self, model: nn.Module) -> list[nn.Parameter]:
+        return [p for p in model.parameters() if p.requires_grad]
+
+    # ---------------------------------------------------------------- loss and step
+    def on_epoch_start(self, epoch: int, model: nn.Module) -> None:
+        """Hook for schedules (e.g. NegLS)."""
+
+    def logits(self, model: nn.Module, x: Tensor) -> Tensor:
+        out = model(x)
+        return out[0] if isinstance(out, tuple) else out
+
+    def training_loss(self, model: nn.Module, x: Tensor, y: Tensor,
+                      ctx: StepContext) -> tuple[Tensor, dict[str, float]]:
+        """Loss of one batch, summed over the batch (spec §1.1, criterionSum)."""
+        logits = self.logits(model, x)
+        loss = F.cross_entropy(logits, y, reduction="sum")
+        return loss, {}
+
+    def eval_loss(self, model: nn.Module, x: Tensor, y: Tensor) -> tuple[Tensor, Tensor]:
+        """(summed loss, logits) on a clean evaluation batch."""
+        logits = self.logits(model, x)
+        return F.cross_entropy(logits, y, reduction="sum"), logits
+
+    def train_step(self, model: nn.Module, optimizer: torch.optim.Optimizer, x: Tensor,
+                   y: Tensor, ctx: StepContext) -> tuple[float, dict[str, float]]:
+        optimizer.zero_grad(set_to_none=True)
+        loss, logs = self.training_loss(model, x, y, ctx)
+        if not torch.isfinite(loss):
+            raise FloatingPointError(
+                f"training loss is {loss.item()} at epoch {ctx.epoch}, step {ctx.step}")
+        loss.backward()
+        optimizer.step()
+        return float(loss.detach()), logs
+
+    # ---------------------------------------------------------------- extra state
+    def state_dict(self) -> dict[str, Any]:
+        """Defense state saved with the model (e.g. Trap-MID triggers)."""
+        return {}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        if state:
+            raise ValueError(f"defense '{self.type_name}' has no state, got {sorted(state)}")

@@ -1,0 +1,53 @@
+"""Atomic file output: every artefact is written to a temporary name in the same
+directory and renamed into place, so an interrupted job never leaves a file that
+looks complete."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any, Iterator
+
+import torch
+
+
+@contextlib.contextmanager
+def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
+    """Yield a temporary path next to ``path``; rename it to ``path`` on success."""
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    os.close(fd)
+    tmp_path = Path(tmp)
+    try:
+        yield tmp_path
+        os.replace(tmp_path, target)
+    finally:
+        if tmp_path.exists():
+            tmp_path.unlink()
+
+
+def write_text(path: str | os.PathLike[str], text: str) -> None:
+    with atomic_path(path) as tmp:
+        tmp.write_text(text)
+
+
+def write_json(path: str | os.PathLike[str], obj: Any) -> None:
+    write_text(path, json.dumps(obj, indent=2, sort_keys=True, allow_nan=False) + "\n")
+
+
+def read_json(path: str | os.PathLike[str]) -> Any:
+    return json.loads(Path(path).read_text())
+
+
+def torch_save(obj: Any, path: str | os.PathLike[str]) -> None:
+    with atomic_path(path) as tmp:
+        torch.save(obj, tmp)
+
+
+def torch_load(path: str | os.PathLike[str]) -> Any:
+    """Load a checkpoint written by this package (tensors and plain containers only)."""
+    return torch.load(path, map_location="cpu", weights_only=True)

@@ -1,0 +1,82 @@
+"""Target architectures (paper A.4; spec §1.2): torchvision ResNet-18/152 and DenseNet-169,
+optionally initialised from ImageNet weights stored in a local file, with the 1000-way head
+replaced by a fresh Linear layer and the network split into feature extractor + head."""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from pathlib import Path
+
+import torch
+import torchvision
+from torch import Tensor, nn
+from torchvision.models import (DenseNet169_Weights, ResNet18_Weights, ResNet152_Weights,
+                                WeightsEnum)
+
+ARCHITECTURES: dict[str, tuple[type[nn.Module] | object, type[WeightsEnum]]] = {
+    "resnet18": (torchvision.models.resnet18, ResNet18_Weights),
+    "resnet152": (torchvision.models.resnet152, ResNet152_Weights),
+    "densenet169": (torchvision.models.densenet169, DenseNet169_Weights),
+}
+
+
+class Classifier(nn.Module):
+    """forward(x) = head(features(x)); ``stages`` names the intermediate blocks (ResNet
+    layer1-4, DenseNet denseblock1-4) used by BiDO and the HSIC measurement."""
+
+    def __init__(self, features: nn.Module, head: nn.Linear, architecture: str) -> None:
+        super().__init__()
+        self.features = features
+        self.head = head
+        self.architecture = architecture
+
+    @property
+    def feature_dim(self) -> int:
+        return self.head.in_features
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.head(self.features(x))
+
+    def stage_names(self) -> list[str]:
+        if self.architecture.startswith("resnet"):
+            return ["layer1", "layer2", "layer3", "layer4"]
+        return [f"denseblock{i}" for i in range(1, 5)]
+
+
+def weights_enum(architecture: str, weights: str) -> WeightsEnum:
+    _, enum = ARCHITECTURES[architecture]
+    return enum[weights]
+
+
+def weights_filename(architecture: str, weights: str) -> str:
+    """File name torchvision uses for these weights (its hash prefix is checked on download)."""
+    return Path(weights_enum(architecture, weights).url).name
+
+
+def build_model(architecture: str, n_classes: int, weights_path: str | Path | None = None
+                ) -> Classifier:
+    """Build a classifier. ``weights_path`` is a torchvision ImageNet state dict on disk (never
+    downloaded here); ``None`` means random initialisation."""
+    if architecture not in ARCHITECTURES:
+        raise ValueError(f"unknown architecture '{architecture}' (known: {sorted(ARCHITECTURES)})")
+    ctor, _ = ARCHITECTURES[architecture]
+    net = ctor(weights=None)  # type: ignore[operator]
+    if weights_path is not None:
+        path = Path(weights_path)
+        if not path.is_file():
+            raise FileNotFoundError(f"pretrained weights for {architecture} not found: {path}")
+        state = torch.load(path, map_location="cpu", weights_only=True)
+        net.load_state_dict(state)
+    if architecture.startswith("resnet"):
+        in_features = net.fc.in_features
+        net.fc = nn.Identity()
+        features: nn.Module = net
+    else:
+        in_features = net.classifier.in_features
+        # spec §1.2: a flat Sequential of the children of `features` + ReLU + pooling + flatten
+        # (named, so the dense blocks keep their torchvision names)
+        features = nn.Sequential(OrderedDict(
+            [*net.features.named_children(), ("relu", nn.ReLU(inplace=False)),
+             ("pool", nn.AdaptiveAvgPool2d((1, 1))), ("flatten", nn.Flatten(1))]))
+    head = nn.Linear(in_features, n_classes)
+    return Classifier(features, head, architecture)

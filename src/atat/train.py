@@ -1,0 +1,257 @@
+"""The one training loop shared by every defense (paper A.3; spec §1.1, §1.4).
+
+* Adam, MultiStepLR stepped once per epoch, loss summed over the batch (the defense decides).
+* Validation after every 0-based epoch divisible by ``eval_every``; the kept model is the
+  evaluation with the lowest validation loss (strictly lower replaces; the first always saves).
+* Resumable: every ``checkpoint_every`` epochs the complete state (model, optimizer,
+  scheduler, best-so-far, history, every RNG) is written atomically to an *undeclared* file,
+  so a killed job resumes where it stopped and ends with the same weights as an
+  uninterrupted run.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import hashlib
+import json
+import logging
+import platform
+import random
+import time
+from pathlib import Path
+from typing import Any, Mapping
+
+import numpy as np
+import torch
+import torchvision
+from torch import nn
+from tqdm import tqdm
+
+from atat import io
+from atat.data.loading import make_loader
+from atat.defenses import Defense, StepContext, build_defense
+from atat.models import build_model
+
+log = logging.getLogger(__name__)
+
+
+class TrainingDivergedError(RuntimeError):
+    """The loss became NaN or infinite."""
+
+
+@dataclasses.dataclass
+class TrainSpec:
+    """Everything that determines a trained model."""
+
+    model_id: str
+    dataset_root: str
+    resolution: int
+    n_classes: int
+    architecture: str
+    defense: Mapping[str, Any]          # the config variant: {"type": ..., params...}
+    training: Mapping[str, Any]         # the recipe of this cell (config.training_params)
+    augmentation: Mapping[str, Any]
+    seed: int
+    weights_path: str | None = None
+
+    def fingerprint(self) -> str:
+        blob = json.dumps({k: v for k, v in dataclasses.asdict(self).items()
+                           if k not in ("model_id",)}, sort_keys=True, default=str)
+        return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def versions() -> dict[str, str]:
+    import atat
+    return {"python": platform.python_version(), "torch": torch.__version__,
+            "torchvision": torchvision.__version__, "numpy": np.__version__,
+            "atat": getattr(atat, "__version__", "unknown"), "platform": platform.platform()}
+
+
+def _rng_state() -> dict[str, Any]:
+    state = {"torch": torch.get_rng_state(), "numpy": np.random.get_state(),
+             "python": random.getstate()}
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def _set_rng_state(state: Mapping[str, Any]) -> None:
+    torch.set_rng_state(state["torch"])
+    np.random.set_state(state["numpy"])
+    random.setstate(state["python"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+@torch.no_grad()
+def evaluate(model: nn.Module, defense: Defense, loader: Any, device: torch.device,
+             topk: int = 5) -> dict[str, float]:
+    """Mean loss, top-1 and top-k accuracy on clean inputs (model in eval mode)."""
+    model.eval()
+    total, loss_sum, correct, correct_k = 0, 0.0, 0, 0
+    for x, y in loader:
+        x, y = x.to(device), y.to(device)
+        loss, logits = defense.eval_loss(model, x, y)
+        loss_sum += float(loss)
+        correct += int((logits.argmax(1) == y).sum())
+        k = min(topk, logits.shape[1])
+        correct_k += int((logits.topk(k, dim=1).indices == y[:, None]).any(1).sum())
+        total += len(y)
+    if total == 0:
+        raise ValueError("evaluation split is empty")
+    return {"loss": loss_sum / total, "acc": correct / total, f"top{topk}": correct_k / total,
+            "n": total}
+
+
+def _state_to_cpu(model: nn.Module) -> dict[str, torch.Tensor]:
+    return {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}
+
+
+def train(spec: TrainSpec, *, out_model: str | Path, out_metrics: str | Path,
+          resume_path: str | Path, device: str | torch.device = "cpu",
+          stop_after_epochs: int | None = None, progress: bool = True) -> dict[str, Any] | None:
+    """Train one model. Returns the metrics dict, or ``None`` when ``stop_after_epochs``
+    interrupted the run on purpose (used by the resume test)."""
+    device = torch.device(device)
+    p = spec.training
+    torch.manual_seed(spec.seed)
+    np.random.seed(spec.seed)
+    random.seed(spec.seed)
+    loader_gen = torch.Generator().manual_seed(spec.seed)
+    step_gen = torch.Generator().manual_seed(spec.seed + 1_000_003)
+
+    defense = build_defense(spec.defense, spec.n_classes, where=f"defense of {spec.model_id}")
+    model = defense.build_model(build_model(spec.architecture, spec.n_classes, spec.weights_path))
+    model.to(device)
+    optimizer = torch.optim.Adam(defense.trainable_parameters(model), lr=p["lr"],
+                                 betas=tuple(p["betas"]), weight_decay=p["weight_decay"])
+    scheduler = torch.optim.lr_scheduler.MultiStepLR(optimizer, milestones=list(p["lr_milestones"]),
+                                                     gamma=p["lr_gamma"])
+    common = dict(resolution=spec.resolution, num_workers=p["num_workers"])
+    train_loader = make_loader(spec.dataset_root, "train", batch_size=p["batch_size"], train=True,
+                               aug=dict(spec.augmentation), generator=loader_gen, **common)
+    eval_bs = p.get("eval_batch_size", p["batch_size"])
+    drop_last = bool(p.get("val_drop_last", False))
+    val_loader = make_loader(spec.dataset_root, "val", batch_size=eval_bs, train=False,
+                             drop_last=drop_last, **common)
+    test_loader = make_loader(spec.dataset_root, "test", batch_size=eval_bs, train=False, **common)
+
+    start_epoch, best, history = 0, None, []
+    wall_before = 0.0
+    resume_path = Path(resume_path)
+    fingerprint = spec.fingerprint()
+    if resume_path.exists():
+        state = torch.load(resume_path, map_location="cpu", weights_only=False)
+        if state.get("fingerprint") != fingerprint:
+            log.warning("ignoring resume checkpoint %s: it belongs to a different configuration",
+                        resume_path)
+        else:
+            model.load_state_dict(state["model"])
+            optimizer.load_state_dict(state["optimizer"])
+            scheduler.load_state_dict(state["scheduler"])
+            defense.load_state_dict(state["defense"])
+            loader_gen.set_state(state["loader_gen"])
+            step_gen.set_state(state["step_gen"])
+            _set_rng_state(state["rng"])
+            start_epoch, best, history = state["epoch"] + 1, state["best"], state["history"]
+            wall_before = state["wall_seconds"]
+            log.info("resumed %s from %s at epoch %d", spec.model_id, resume_path, start_epoch)
+
+    t0 = time.perf_counter()
+    step = 0
+    for epoch in range(start_epoch, p["epochs"]):
+        defense.on_epoch_start(epoch, model)
+        model.train()
+        loss_sum, n_seen, logs_sum = 0.0, 0, {}
+        bar = tqdm(train_loader, desc=f"{spec.model_id} epoch {epoch + 1}/{p['epochs']}",
+                   disable=not progress, leave=False, dynamic_ncols=True)
+        for x, y in bar:
+            x, y = x.to(device), y.to(device)
+            ctx = StepContext(epoch=epoch, step=step, n_classes=spec.n_classes, generator=step_gen)
+            try:
+                loss, logs = defense.train_step(model, optimizer, x, y, ctx)
+            except FloatingPointError as exc:
+                raise TrainingDivergedError(f"{spec.model_id}: {exc}; lower the learning rate "
+                                            f"(training.lr = {p['lr']})") from None
+            loss_sum += loss
+            n_seen += len(y)
+            for k, v in logs.items():
+                logs_sum[k] = logs_sum.get(k, 0.0) + v * len(y)
+            step += 1
+            bar.set_postfix(loss=f"{loss / len(y):.3f}")
+        record: dict[str, Any] = {"epoch": epoch, "lr": optimizer.param_groups[0]["lr"],
+                                  "train_loss": loss_sum / max(n_seen, 1),
+                                  **{k: v / max(n_seen, 1) for k, v in logs_sum.items()}}
+        if epoch % p["eval_every"] == 0:
+            val = evaluate(model, defense, val_loader, device)
+            if not np.isfinite(val["loss"]):
+                raise TrainingDivergedError(f"{spec.model_id}: validation loss is {val['loss']} "
+                                            f"at epoch {epoch}")
+            record.update(val_loss=val["loss"], val_acc=val["acc"])
+            if best is None or val["loss"] < best["val_loss"]:
+                best = {"epoch": epoch, "val_loss": val["loss"], "val_acc": val["acc"],
+                        "model": _state_to_cpu(model), "defense": copy.deepcopy(defense.state_dict())}
+        history.append(record)
+        log.info("%s epoch %d: %s", spec.model_id, epoch,
+                 {k: round(v, 4) if isinstance(v, float) else v for k, v in record.items()})
+        scheduler.step()
+        done = epoch + 1
+        if done % p["checkpoint_every"] == 0 or done == p["epochs"]:
+            io.torch_save({"fingerprint": fingerprint, "epoch": epoch, "model": model.state_dict(),
+                           "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
+                           "defense": defense.state_dict(), "loader_gen": loader_gen.get_state(),
+                           "step_gen": step_gen.get_state(), "rng": _rng_state(), "best": best,
+                           "history": history,
+                           "wall_seconds": wall_before + time.perf_counter() - t0}, resume_path)
+        if stop_after_epochs is not None and done - start_epoch >= stop_after_epochs \
+                and done < p["epochs"]:
+            return None
+
+    assert best is not None, "no validation evaluation happened"
+    model.load_state_dict(best["model"])
+    defense.load_state_dict(best["defense"])
+    test = evaluate(model, defense, test_loader, device)
+    val = {"loss": best["val_loss"], "acc": best["val_acc"]}
+    wall = wall_before + time.perf_counter() - t0
+    checkpoint = {
+        "format_version": 1, "model_id": spec.model_id, "architecture": spec.architecture,
+        "n_classes": spec.n_classes, "resolution": spec.resolution,
+        "defense": dict(spec.defense), "state_dict": best["model"],
+        "defense_state": best["defense"], "best_epoch": best["epoch"],
+    }
+    metrics = {
+        "model_id": spec.model_id, "architecture": spec.architecture,
+        "defense_type": spec.defense["type"], "seed": spec.seed,
+        "best_epoch": best["epoch"], "val_loss": val["loss"], "val_acc": val["acc"],
+        "test_loss": test["loss"], "test_acc": test["acc"], "test_top5": test["top5"],
+        "n_test": test["n"], "train_seconds": wall, "epochs": p["epochs"],
+        "training": dict(spec.training), "defense": dict(spec.defense),
+        "augmentation": dict(spec.augmentation), "history": history,
+        "fingerprint": spec.fingerprint(), "device": str(device), "versions": versions(),
+        "pretrained": spec.weights_path is not None,
+    }
+    io.torch_save(checkpoint, out_model)
+    io.write_json(out_metrics, metrics)
+    resume_path.unlink(missing_ok=True)
+    return metrics
+
+
+def load_model(path: str | Path, device: str | torch.device = "cpu"
+               ) -> tuple[nn.Module, Defense, dict[str, Any]]:
+    """Rebuild a trained model (eval mode) and its defense from a checkpoint of :func:`train`."""
+    ckpt = torch.load(path, map_location="cpu", weights_only=True)
+    defense = build_defense(ckpt["defense"], ckpt["n_classes"])
+    model = defense.build_model(build_model(ckpt["architecture"], ckpt["n_classes"]))
+    model.load_state_dict(ckpt["state_dict"])
+    defense.load_state_dict(ckpt["defense_state"])
+    model.to(device).eval()
+    return model, defense, ckpt
+
+
+def logits_fn(model: nn.Module, defense: Defense):
+    """A plain callable x -> logits for attacks."""
+    return lambda x: defense.logits(model, x)
+
+
+__all__ = ["TrainSpec", "TrainingDivergedError", "evaluate", "load_model", "logits_fn", "train"]
