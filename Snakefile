@@ -1,0 +1,25 @@
+# AT-AT reproduction workflow. One DAG: data -> target models -> AutoAttack -> summary ->
+# tables and figures. `snakemake all` (or just `snakemake`) builds everything the config
+# describes; name a file to rebuild only it, e.g. `snakemake results/tables/table4.md`.
+# Paper config: config/config.yaml. Embedded 2-core default: add `--configfile config/demo.yaml`.
+
+from snakemake.utils import min_version
+
+min_version("9.0")
+
+
+configfile: "config/config.yaml"
+
+
+include: "workflow/rules/common.smk"
+include: "workflow/rules/data.smk"
+include: "workflow/rules/train.smk"
+include: "workflow/rules/robustness.smk"
+include: "workflow/rules/summary.smk"
+include: "workflow/rules/tables.smk"
+
+
+rule all:
+    input:
+        all_targets(),
+    default_target: True

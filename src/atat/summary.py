@@ -1,0 +1,48 @@
+"""results/summary.csv: one tidy row per trained model (dataset, architecture, defense, seed,
+clean accuracies, worst-case and per-attack robust accuracy per epsilon)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Iterable, Mapping
+
+import pandas as pd
+
+from atat import io
+from atat.config import eps_tag
+
+ID_COLUMNS = ["dataset", "architecture", "defense", "defense_type", "seed"]
+
+
+def robust_column(eps: float, attack: str | None = None) -> str:
+    return f"robust_acc_eps{eps_tag(eps)}" + (f"_{attack}" if attack else "")
+
+
+def summary_row(model: Mapping[str, Any]) -> dict[str, Any]:
+    metrics = io.read_json(model["metrics"])
+    row: dict[str, Any] = {k: model[k] for k in ID_COLUMNS}
+    row.update(test_acc=metrics["test_acc"], test_top5=metrics["test_top5"],
+               val_acc=metrics["val_acc"], best_epoch=metrics["best_epoch"],
+               train_seconds=metrics["train_seconds"], pretrained=metrics["pretrained"])
+    for eps_text, path in sorted(model.get("robustness", {}).items(), key=lambda kv: -float(kv[0])):
+        res = io.read_json(path)
+        eps = float(res["epsilon"])
+        row[robust_column(eps)] = res["robust_accuracy"]
+        for attack, vals in res["per_attack"].items():
+            row[robust_column(eps, attack)] = vals["robust_accuracy"]
+        row[f"aa_clean_acc_eps{eps_tag(eps)}"] = res["clean_accuracy"]
+        row[f"aa_n_examples_eps{eps_tag(eps)}"] = res["n_examples"]
+    return row
+
+
+def build_summary(models: Iterable[Mapping[str, Any]], out_path: str | Path) -> pd.DataFrame:
+    rows = [summary_row(m) for m in models]
+    df = pd.DataFrame(rows)
+    for col in df.columns:
+        if col.startswith(("robust_acc", "test_acc", "val_acc", "test_top5")):
+            bad = df[col].dropna()
+            if not bad.between(0, 1).all():
+                raise ValueError(f"summary column {col} has values outside [0, 1]")
+    with io.atomic_path(out_path) as tmp:
+        df.to_csv(tmp, index=False)
+    return df

@@ -1,0 +1,97 @@
+"""The config is validated before any job runs; each bad config names its key."""
+
+import copy
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from atat.config import ConfigError, load_config, model_runs, training_params, validate_config
+
+ROOT = Path(__file__).resolve().parents[1]
+PAPER = ROOT / "config" / "config.yaml"
+DEMO = ROOT / "config" / "demo.yaml"
+
+
+@pytest.fixture
+def demo():
+    return load_config(PAPER, DEMO)
+
+
+def test_paper_and_demo_configs_are_valid(demo):
+    validate_config(load_config(PAPER))
+    validate_config(demo)
+
+
+def test_paper_grid_has_every_cell_of_tables_23_to_26():
+    runs = model_runs(load_config(PAPER))
+    cells = {(r.dataset, r.architecture, r.defense) for r in runs}
+    assert ("facescrub", "resnet152", "atat") in cells
+    assert ("celeba", "densenet169", "nodef") in cells
+    assert ("stanford_dogs", "resnet18", "atat") in cells
+    assert ("stanford_dogs", "densenet169", "atat") not in cells  # Table 26: RN-152, RN-18 only
+    assert len(runs) == (2 * 3 + 1 * 2) * 2
+
+
+def mutate(cfg, path, value):
+    cfg = copy.deepcopy(cfg)
+    node = cfg
+    for key in path[:-1]:
+        node = node[key]
+    if value is DELETE:
+        del node[path[-1]]
+    else:
+        node[path[-1]] = value
+    return cfg
+
+
+DELETE = object()
+
+BAD = [
+    # (description, path, value, words the message must contain)
+    ("unknown defense in the grid", ("grid", 0, "defenses"), ["nodef", "madeup"],
+     ["grid[0].defenses", "madeup"]),
+    ("unknown defense type", ("defenses", "atat", "type"), "magic", ["defenses.atat.type", "magic"]),
+    ("epsilon <= 0", ("autoattack", "epsilons"), [0.0025, 0.0], ["autoattack.epsilons.1"]),
+    ("epsilon > 1", ("autoattack", "epsilons"), [2.0], ["autoattack.epsilons.0"]),
+    ("missing dataset section", ("datasets", "synthfaces"), DELETE,
+     ["grid[0].datasets", "synthfaces"]),
+    ("wrong type", ("training", "batch_size"), "128", ["training.batch_size", "integer"]),
+    ("unknown top-level key", ("learning_rate",), 0.1, ["unknown key", "learning_rate"]),
+    ("unknown nested key", ("training", "momentum"), 0.9, ["training.momentum"]),
+    ("bad defense parameter", ("defenses", "atat", "epsilon"), -1.0,
+     ["defenses.atat.epsilon"]),
+    ("unknown defense parameter", ("defenses", "atat", "eps"), 0.1, ["defenses.atat", "eps"]),
+    ("milestone beyond training", ("training", "lr_milestones"), [5, 50],
+     ["training.lr_milestones"]),
+    ("unknown attack", ("autoattack", "attacks"), ["apgd-ce", "cw"], ["autoattack.attacks.1"]),
+]
+
+
+@pytest.mark.parametrize("desc,path,value,words", BAD, ids=[b[0] for b in BAD])
+def test_bad_config_is_rejected_naming_the_key(demo, desc, path, value, words):
+    with pytest.raises(ConfigError) as info:
+        validate_config(mutate(demo, path, value))
+    for word in words:
+        assert word in str(info.value), (word, str(info.value))
+
+
+def test_overrides_apply_per_cell(demo):
+    demo["overrides"] = [{"when": {"dataset": "synthfaces", "defense": "atat"},
+                          "training": {"lr": 1e-4}}]
+    validate_config(demo)
+    assert training_params(demo, "synthfaces", "resnet18", "atat")["lr"] == 1e-4
+    assert training_params(demo, "synthfaces", "resnet18", "nodef")["lr"] == 1e-3
+
+
+def test_snakemake_stops_before_any_job_on_a_bad_config(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("autoattack:\n  epsilons: [-0.1]\n")
+    proc = subprocess.run(
+        [sys.executable, "-m", "snakemake", "-n", "--configfile", str(DEMO), str(bad)],
+        cwd=ROOT, capture_output=True, text=True)
+    assert proc.returncode != 0
+    out = proc.stdout + proc.stderr
+    assert "autoattack.epsilons.0" in out
+    assert "Job stats" not in out

@@ -1,0 +1,127 @@
+# Config validation, grid expansion, input functions and wildcard constraints.
+# Everything here runs when the DAG is built, before any job.
+
+import re
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(workflow.basedir) / "src"))
+
+from atat.config import (  # noqa: E402
+    ConfigError,
+    eps_tag,
+    model_runs,
+    training_params,
+    validate_config,
+)
+from atat.models import weights_filename  # noqa: E402
+
+try:
+    validate_config(config)
+except ConfigError as exc:
+    raise WorkflowError(str(exc)) from None
+
+RES = config["resources_dir"]
+RUNS = model_runs(config)
+EPS = {eps_tag(e): float(e) for e in config["autoattack"]["epsilons"]}
+SYNTH = [n for n, d in config["datasets"].items() if d["source"] == "synthfaces"]
+REAL = [n for n, d in config["datasets"].items() if d["source"] != "synthfaces"]
+
+
+def _alt(names):
+    return "|".join(sorted(names)) if names else "(?!x)x"
+
+
+wildcard_constraints:
+    dataset=_alt(config["datasets"]),
+    arch=_alt(config["architectures"]),
+    defense=_alt(config["defenses"]),
+    seed=r"\d+",
+    eps=_alt(re.escape(e) for e in EPS),
+
+
+def dataset_dir(dataset):
+    return f"{RES}/datasets/{dataset}"
+
+
+def dataset_resolution(dataset):
+    return config["datasets"][dataset]["resolution"]
+
+
+def n_classes(dataset):
+    ds = config["datasets"][dataset]
+    return ds.get("n_classes") or ds["synthetic"]["n_private_identities"]
+
+
+def weights_path(wildcards):
+    """ImageNet weights file of this cell, or None when training from scratch."""
+    params = training_params(config, wildcards.dataset, wildcards.arch, wildcards.defense)
+    if not params["pretrained"]:
+        return None
+    weights = config["architectures"][wildcards.arch].get("weights", "IMAGENET1K_V1")
+    return f"{RES}/weights/torchvision/{weights_filename(wildcards.arch, weights)}"
+
+
+def train_inputs(wildcards):
+    inputs = {"dataset": dataset_dir(wildcards.dataset)}
+    weights = weights_path(wildcards)
+    if weights:
+        inputs["weights"] = weights
+    return inputs
+
+
+def train_spec(wildcards):
+    """Everything that determines the model, handed to atat.train.TrainSpec."""
+    ds = wildcards.dataset
+    return dict(
+        model_id=f"{ds}/{wildcards.arch}/{wildcards.defense}/seed{wildcards.seed}",
+        dataset_root=f"{dataset_dir(ds)}/private",
+        resolution=dataset_resolution(ds),
+        n_classes=n_classes(ds),
+        architecture=wildcards.arch,
+        defense={k: v for k, v in config["defenses"][wildcards.defense].items() if k != "training"},
+        training=training_params(config, ds, wildcards.arch, wildcards.defense),
+        augmentation=config["augmentation"],
+        seed=int(wildcards.seed),
+        weights_path=weights_path(wildcards),
+    )
+
+
+def model_dir(run):
+    return f"results/models/{run.path}"
+
+
+def summary_models(wildcards):
+    """What rule summary reads: per model its metrics and one AutoAttack file per epsilon."""
+    return [
+        dict(
+            dataset=r.dataset,
+            architecture=r.architecture,
+            defense=r.defense,
+            defense_type=config["defenses"][r.defense]["type"],
+            seed=r.seed,
+            metrics=f"{model_dir(r)}/metrics.json",
+            robustness={e: f"results/robustness/{r.path}/eps{e}.json" for e in EPS},
+        )
+        for r in RUNS
+    ]
+
+
+def summary_inputs(wildcards):
+    files = []
+    for m in summary_models(wildcards):
+        files.append(m["metrics"])
+        files.extend(m["robustness"].values())
+    return files
+
+
+def table4_architecture():
+    arch = config.get("tables", {}).get("table4_architecture", "resnet152")
+    return arch if any(r.architecture == arch for r in RUNS) else None
+
+
+def all_targets():
+    targets = ["results/summary.csv", "results/figures/robust_accuracy_vs_eps.png"]
+    if table4_architecture():
+        targets += expand("results/tables/table4.{ext}", ext=["csv", "md", "tex"])
+    return targets

@@ -1,0 +1,25 @@
+# Stage 3: AutoAttack robust accuracy, one job per (model, epsilon).
+
+
+rule autoattack:
+    input:
+        model="results/models/{dataset}/{arch}/{defense}/seed{seed}/model.pt",
+        dataset=lambda wc: dataset_dir(wc.dataset),
+    output:
+        "results/robustness/{dataset}/{arch}/{defense}/seed{seed}/eps{eps}.json",
+    params:
+        dataset_root=lambda wc: f"{dataset_dir(wc.dataset)}/private",
+        resolution=lambda wc: dataset_resolution(wc.dataset),
+        epsilon=lambda wc: EPS[wc.eps],
+        autoattack=config["autoattack"],
+    log:
+        "logs/autoattack/{dataset}/{arch}/{defense}/seed{seed}/eps{eps}.log",
+    benchmark:
+        "benchmarks/autoattack/{dataset}/{arch}/{defense}/seed{seed}/eps{eps}.tsv"
+    threads: 4
+    resources:
+        gpu=1,
+        mem_mb=16000,
+        runtime=12 * 60,
+    script:
+        "../scripts/autoattack.py"

@@ -1,0 +1,20 @@
+# Stage 4: one tidy row per model.
+
+
+rule summary:
+    input:
+        summary_inputs,
+    output:
+        "results/summary.csv",
+    params:
+        models=summary_models,
+    log:
+        "logs/summary.log",
+    benchmark:
+        "benchmarks/summary.tsv"
+    threads: 1
+    resources:
+        mem_mb=1000,
+        runtime=10,
+    script:
+        "../scripts/summary.py"

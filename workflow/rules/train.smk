@@ -1,0 +1,25 @@
+# Stage 2: target models. One job per (dataset, architecture, defense, seed).
+# Periodic resume checkpoints live under results/.resume/ (not declared, so Snakemake never
+# deletes them when a job fails); a rerun continues from the last one.
+
+
+rule train_model:
+    input:
+        unpack(train_inputs),
+    output:
+        model="results/models/{dataset}/{arch}/{defense}/seed{seed}/model.pt",
+        metrics="results/models/{dataset}/{arch}/{defense}/seed{seed}/metrics.json",
+    params:
+        spec=train_spec,
+        resume="results/.resume/{dataset}/{arch}/{defense}/seed{seed}/resume.pt",
+    log:
+        "logs/train/{dataset}/{arch}/{defense}/seed{seed}.log",
+    benchmark:
+        "benchmarks/train/{dataset}/{arch}/{defense}/seed{seed}.tsv"
+    threads: 8
+    resources:
+        gpu=1,
+        mem_mb=32000,
+        runtime=24 * 60,
+    script:
+        "../scripts/train_model.py"

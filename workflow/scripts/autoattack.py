@@ -1,0 +1,12 @@
+"""Snakemake adapter: AutoAttack robust accuracy of one model at one epsilon."""
+
+from _common import device, setup
+
+setup(snakemake)  # noqa: F821
+
+from atat.robust_eval import run_autoattack  # noqa: E402
+
+p = snakemake.params  # noqa: F821
+run_autoattack(model_path=snakemake.input.model, dataset_root=p.dataset_root,  # noqa: F821
+               out_path=snakemake.output[0], epsilon=float(p.epsilon), settings=p.autoattack,  # noqa: F821
+               resolution=p.resolution, device=device())

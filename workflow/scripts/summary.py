@@ -1,0 +1,9 @@
+"""Snakemake adapter: collect every model's metrics into results/summary.csv."""
+
+from _common import setup
+
+setup(snakemake)  # noqa: F821
+
+from atat.summary import build_summary  # noqa: E402
+
+build_summary(snakemake.params.models, snakemake.output[0])  # noqa: F821
