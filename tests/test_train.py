@@ -1,0 +1,108 @@
+"""Training loop: lowest-val-loss checkpoint, resume equivalence, AT-AT loss, divergence."""
+
+import copy
+
+import pytest
+import torch
+
+from atat.data.synthfaces import generate_synthfaces
+from atat.defenses import build_defense
+from atat.defenses.base import StepContext
+from atat.train import TrainingDivergedError, TrainSpec, load_model, train
+
+AUG = {"random_resized_crop": True, "rrc_scale": [0.85, 1.0], "horizontal_flip": True,
+       "color_jitter": True, "jitter": {"brightness": 0.2, "contrast": 0.2, "saturation": 0.1,
+                                        "hue": 0.1}}
+RECIPE = {"optimizer": "adam", "lr": 1e-3, "betas": [0.9, 0.999], "weight_decay": 0.0,
+          "batch_size": 16, "eval_batch_size": 64, "epochs": 4, "lr_milestones": [2, 3],
+          "lr_gamma": 0.1, "eval_every": 1, "checkpoint_every": 1, "pretrained": False,
+          "num_workers": 0}
+
+
+@pytest.fixture(scope="module")
+def data_root(tmp_path_factory):
+    out = tmp_path_factory.mktemp("synth") / "ds"
+    generate_synthfaces(out, n_private_identities=4, n_public_identities=2,
+                        images_per_identity=12, public_images_per_identity=2, resolution=32,
+                        seed=3, progress=False)
+    return str(out / "private")
+
+
+def spec(data_root, defense=None, **training):
+    return TrainSpec(model_id="test/resnet18/x/seed0", dataset_root=data_root, resolution=32,
+                     n_classes=4, architecture="resnet18",
+                     defense=defense or {"type": "nodef"}, training={**RECIPE, **training},
+                     augmentation=AUG, seed=0)
+
+
+def run(s, tmp, name, **kw):
+    return train(s, out_model=tmp / f"{name}.pt", out_metrics=tmp / f"{name}.json",
+                 resume_path=tmp / f"{name}.resume.pt", progress=False, **kw)
+
+
+def test_kept_checkpoint_is_lowest_validation_loss(data_root, tmp_path):
+    metrics = run(spec(data_root), tmp_path, "a")
+    evals = [h for h in metrics["history"] if "val_loss" in h]
+    assert len(evals) == RECIPE["epochs"]
+    best = min(evals, key=lambda h: h["val_loss"])
+    assert metrics["best_epoch"] == best["epoch"]
+    assert metrics["val_loss"] == pytest.approx(best["val_loss"])
+    # the saved weights reproduce the best evaluation's validation loss
+    from atat.data.loading import make_loader
+    from atat.train import evaluate
+    model, defense, ckpt = load_model(tmp_path / "a.pt")
+    val = evaluate(model, defense, make_loader(data_root, "val", resolution=32, batch_size=64,
+                                               train=False), torch.device("cpu"))
+    assert val["loss"] == pytest.approx(best["val_loss"], rel=1e-5)
+    assert ckpt["best_epoch"] == best["epoch"]
+    assert 0 <= metrics["test_acc"] <= 1 and not (tmp_path / "a.resume.pt").exists()
+
+
+def test_resume_gives_the_same_weights_as_an_uninterrupted_run(data_root, tmp_path):
+    s = spec(data_root, defense={"type": "atat", "epsilon": 0.01, "step_size": 0.005,
+                                 "iterations": 2}, eval_every=2)
+    full = run(s, tmp_path, "full")
+    assert run(s, tmp_path, "part", stop_after_epochs=2) is None
+    assert (tmp_path / "part.resume.pt").exists() and not (tmp_path / "part.pt").exists()
+    resumed = run(s, tmp_path, "part")
+    a = torch.load(tmp_path / "full.pt", weights_only=True)["state_dict"]
+    b = torch.load(tmp_path / "part.pt", weights_only=True)["state_dict"]
+    assert a.keys() == b.keys()
+    for k in a:
+        assert torch.equal(a[k], b[k]), k
+    assert full["test_acc"] == resumed["test_acc"]
+    assert [h["train_loss"] for h in full["history"]] == [h["train_loss"] for h in resumed["history"]]
+
+
+def test_resume_checkpoint_of_another_config_is_ignored(data_root, tmp_path):
+    run(spec(data_root), tmp_path, "x", stop_after_epochs=1)
+    m = run(spec(data_root, lr=5e-4), tmp_path, "x")
+    assert len(m["history"]) == RECIPE["epochs"]
+
+
+def test_nan_loss_stops_with_a_clear_message(data_root, tmp_path):
+    with pytest.raises(TrainingDivergedError, match="lr"):
+        run(spec(data_root, lr=float("inf")), tmp_path, "nan")
+    assert not (tmp_path / "nan.pt").exists()
+
+
+def test_atat_loss_is_clean_ce_plus_weighted_targeted_ce():
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(3 * 4 * 4, 5))
+    x = torch.rand(8, 3, 4, 4) * 2 - 1
+    y = torch.randint(0, 5, (8,))
+    d = build_defense({"type": "atat", "epsilon": 0.05, "step_size": 0.01, "iterations": 3,
+                       "weight_adv": 0.5}, 5)
+    ctx = StepContext(epoch=0, step=0, n_classes=5, generator=torch.Generator().manual_seed(7))
+    loss, logs = d.training_loss(model, x, y, ctx)
+    # recompute independently with the same random draws
+    from atat.pgd import pgd, sample_targets
+    g = torch.Generator().manual_seed(7)
+    t = sample_targets(y, 5, g)
+    assert (t != y).all()
+    x_adv = pgd(model, x, t, epsilon=0.05, step_size=0.01, iterations=3, targeted=True,
+                random_start=True, generator=g)
+    ce = torch.nn.functional.cross_entropy
+    expected = ce(model(x), y, reduction="sum") + 0.5 * ce(model(x_adv), t, reduction="sum")
+    assert loss.item() == pytest.approx(expected.item(), rel=1e-6)
+    assert 0 <= logs["attack_success"] <= 1
