@@ -125,3 +125,14 @@ def all_targets():
     if table4_architecture():
         targets += expand("results/tables/table4.{ext}", ext=["csv", "md", "tex"])
     return targets
+
+
+def torchvision_weight_urls():
+    """File name -> URL of every ImageNet weight file the config can ask for."""
+    from atat.models import weights_enum
+
+    urls = {}
+    for arch, spec in config["architectures"].items():
+        enum = weights_enum(arch, spec.get("weights", "IMAGENET1K_V1"))
+        urls[Path(enum.url).name] = enum.url
+    return urls
