@@ -1,0 +1,24 @@
+"""Snakemake adapter: download (or use files placed by hand), verify and convert a real
+dataset (FaceScrub, CelebA, Stanford Dogs) into the manifest format (rule prepare_dataset).
+
+params: source, raw_dir, split_seed, n_classes, offline (optional: lock_file);
+output[0]: the dataset directory (the dataset root is output[0]/private)."""
+
+from _common import setup
+
+setup(snakemake)  # noqa: F821
+
+from atat.data.prepare import DEFAULT_LOCK_FILE, prepare_dataset  # noqa: E402
+
+p = snakemake.params  # noqa: F821
+prepare_dataset(
+    p.source,
+    raw_dir=p.raw_dir,
+    out_dir=snakemake.output[0],  # noqa: F821
+    split_seed=int(p.split_seed),
+    n_classes=None if p.n_classes is None else int(p.n_classes),
+    offline=bool(p.offline),
+    lock_file=getattr(p, "lock_file", None) or DEFAULT_LOCK_FILE,
+    workers=max(1, int(snakemake.threads)),  # noqa: F821
+    overwrite=True,  # Snakemake has removed any old output before the job starts
+)
