@@ -42,6 +42,26 @@ class Classifier(nn.Module):
             return ["layer1", "layer2", "layer3", "layer4"]
         return [f"denseblock{i}" for i in range(1, 5)]
 
+    def forward_hidden(self, x: Tensor) -> tuple[Tensor, list[Tensor]]:
+        """Logits and the outputs of the four intermediate stages (ResNet layer1-4, DenseNet
+        denseblock1-4), as used by BiDO's loss and the HSIC measurement (spec §2.3, §4)."""
+        wanted = set(self.stage_names())
+        hidden: list[Tensor] = []
+        if self.architecture.startswith("resnet"):
+            net = self.features
+            h = net.maxpool(net.relu(net.bn1(net.conv1(x))))
+            for name in ("layer1", "layer2", "layer3", "layer4"):
+                h = getattr(net, name)(h)
+                hidden.append(h)
+            h = torch.flatten(net.avgpool(h), 1)
+        else:
+            h = x
+            for name, module in self.features.named_children():
+                h = module(h)
+                if name in wanted:
+                    hidden.append(h)
+        return self.head(h), hidden
+
 
 def weights_enum(architecture: str, weights: str) -> WeightsEnum:
     _, enum = ARCHITECTURES[architecture]

@@ -30,7 +30,7 @@ from tqdm import tqdm
 
 from atat import io
 from atat.data.loading import make_loader
-from atat.defenses import Defense, StepContext, build_defense
+from atat.defenses import Defense, ModelContext, StepContext, build_defense
 from atat.models import build_model
 
 log = logging.getLogger(__name__)
@@ -121,7 +121,10 @@ def train(spec: TrainSpec, *, out_model: str | Path, out_metrics: str | Path,
     loader_gen = torch.Generator().manual_seed(spec.seed)
     step_gen = torch.Generator().manual_seed(spec.seed + 1_000_003)
 
-    defense = build_defense(spec.defense, spec.n_classes, where=f"defense of {spec.model_id}")
+    context = ModelContext(architecture=spec.architecture, resolution=spec.resolution,
+                           weights_path=spec.weights_path)
+    defense = build_defense(spec.defense, spec.n_classes, where=f"defense of {spec.model_id}",
+                            context=context)
     model = defense.build_model(build_model(spec.architecture, spec.n_classes, spec.weights_path))
     model.to(device)
     optimizer = torch.optim.Adam(defense.trainable_parameters(model), lr=p["lr"],
@@ -241,7 +244,8 @@ def load_model(path: str | Path, device: str | torch.device = "cpu"
                ) -> tuple[nn.Module, Defense, dict[str, Any]]:
     """Rebuild a trained model (eval mode) and its defense from a checkpoint of :func:`train`."""
     ckpt = torch.load(path, map_location="cpu", weights_only=True)
-    defense = build_defense(ckpt["defense"], ckpt["n_classes"])
+    context = ModelContext(architecture=ckpt["architecture"], resolution=ckpt["resolution"])
+    defense = build_defense(ckpt["defense"], ckpt["n_classes"], context=context)
     model = defense.build_model(build_model(ckpt["architecture"], ckpt["n_classes"]))
     model.load_state_dict(ckpt["state_dict"])
     defense.load_state_dict(ckpt["defense_state"])

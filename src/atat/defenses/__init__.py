@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from atat.defenses.atat import AntiAdversarialTraining
-from atat.defenses.base import Defense, DefenseConfigError, StepContext
+from atat.defenses.base import Defense, DefenseConfigError, ModelContext, StepContext
 from atat.defenses.nodef import NoDefense
 
 REGISTRY: dict[str, type[Defense]] = {
@@ -22,11 +22,12 @@ def defense_class(type_name: str, where: str = "defense") -> type[Defense]:
         ) from None
 
 
-def build_defense(variant: Mapping[str, Any], n_classes: int, where: str = "defense") -> Defense:
+def build_defense(variant: Mapping[str, Any], n_classes: int, where: str = "defense",
+                  context: ModelContext | None = None) -> Defense:
     cls = defense_class(variant["type"], where)
     cls.resolve_params(variant, where)  # raise with the key path before constructing
-    return cls(variant, n_classes)
+    return cls(variant, n_classes, context)
 
 
-__all__ = ["REGISTRY", "Defense", "DefenseConfigError", "StepContext", "build_defense",
+__all__ = ["REGISTRY", "Defense", "DefenseConfigError", "ModelContext", "StepContext", "build_defense",
            "defense_class"]

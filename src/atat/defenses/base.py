@@ -38,6 +38,16 @@ def boolean(v: Any) -> bool:
     return isinstance(v, bool)
 
 
+@dataclasses.dataclass(frozen=True)
+class ModelContext:
+    """What a defense may need to know about the model it defends (e.g. Trap-MID builds a
+    discriminator of the same architecture from the same ImageNet weights)."""
+
+    architecture: str = "resnet18"
+    resolution: int = 224
+    weights_path: str | None = None
+
+
 @dataclasses.dataclass
 class StepContext:
     """What a training step may need besides the batch."""
@@ -54,9 +64,11 @@ class Defense:
     type_name: ClassVar[str] = "nodef"
     PARAMS: ClassVar[Mapping[str, Param]] = {}
 
-    def __init__(self, params: Mapping[str, Any], n_classes: int) -> None:
+    def __init__(self, params: Mapping[str, Any], n_classes: int,
+                 context: ModelContext | None = None) -> None:
         self.params = self.resolve_params(params)
         self.n_classes = n_classes
+        self.context = context or ModelContext()
 
     # ---------------------------------------------------------------- parameters
     @classmethod
