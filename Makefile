@@ -1,0 +1,24 @@
+# Two entry points on a fresh machine (Python 3.11 with venv):
+#   make demo   - create .venv, install, run the whole workflow on the embedded default
+#   make test   - create .venv, install, run the test suite
+PYTHON ?= python3.11
+VENV := .venv
+CORES ?= 2
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(VENV)/bin/pip install --quiet --upgrade pip
+	$(VENV)/bin/pip install --quiet -e .
+	touch $@
+
+.PHONY: venv demo test dry-run-paper
+venv: $(VENV)/.installed
+
+demo: venv
+	$(VENV)/bin/snakemake --configfile config/demo.yaml --cores $(CORES) all
+
+test: venv
+	$(VENV)/bin/python -m pytest -q
+
+dry-run-paper: venv
+	$(VENV)/bin/snakemake -n all
