@@ -106,3 +106,43 @@ def test_atat_loss_is_clean_ce_plus_weighted_targeted_ce():
     expected = ce(model(x), y, reduction="sum") + 0.5 * ce(model(x_adv), t, reduction="sum")
     assert loss.item() == pytest.approx(expected.item(), rel=1e-6)
     assert 0 <= logs["attack_success"] <= 1
+
+
+def test_permuted_labels_keep_the_histogram_and_break_the_pairing():
+    from collections import Counter
+
+    from atat.train import permuted_targets
+    targets = [i % 10 for i in range(2000)]
+    perm = permuted_targets(targets, 42)
+    assert Counter(perm) == Counter(targets)
+    assert perm == permuted_targets(targets, 42) and perm != permuted_targets(targets, 43)
+    same = sum(a == b for a, b in zip(targets, perm)) / len(targets)
+    assert same < 0.15  # chance level is 1/10; the true pairing is gone
+
+
+def test_permuted_label_training_uses_the_permuted_labels(data_root, tmp_path, monkeypatch):
+    import atat.train as T
+    from atat.data.loading import ManifestDataset
+    seen = []
+    real = T.permuted_targets
+    monkeypatch.setattr(T, "permuted_targets", lambda t, s: seen.append((list(t), real(t, s)))
+                        or seen[-1][1])
+    batches = []
+    real_step = T.Defense.train_step
+
+    def spy(self, model, opt, x, y, ctx):
+        batches.append(y.clone())
+        return real_step(self, model, opt, x, y, ctx)
+
+    monkeypatch.setattr(T.Defense, "train_step", spy)
+    m = run(spec(data_root, permute_labels_seed=42, epochs=1, lr_milestones=[]), tmp_path, "perm")
+    assert m["labels_permuted"] and len(seen) == 1
+    original, permuted = seen[0]
+    assert original == ManifestDataset(data_root, "train").targets and permuted != original
+    from collections import Counter
+    assert Counter(torch.cat(batches).tolist()) <= Counter(permuted)
+
+
+def test_early_stop_keeps_the_first_snapshot_reaching_the_target(data_root, tmp_path):
+    m = run(spec(data_root, stop_at_val_acc=0.0), tmp_path, "es")
+    assert m["stopped_early"] and m["best_epoch"] == 0 and len(m["history"]) == 1

@@ -104,6 +104,14 @@ def evaluate(model: nn.Module, defense: Defense, loader: Any, device: torch.devi
             "n": total}
 
 
+def permuted_targets(targets: list[int], seed: int) -> list[int]:
+    """Permuted-label training (paper §3, App. A.3.1; spec §1.6): image i receives the label of
+    training image perm[i], perm = randperm(n) from a torch Generator seeded with ``seed``.
+    Class frequencies are unchanged; the image-label pairing is destroyed."""
+    perm = torch.randperm(len(targets), generator=torch.Generator().manual_seed(seed))
+    return [int(targets[j]) for j in perm.tolist()]
+
+
 def _state_to_cpu(model: nn.Module) -> dict[str, torch.Tensor]:
     return {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}
 
@@ -134,6 +142,10 @@ def train(spec: TrainSpec, *, out_model: str | Path, out_metrics: str | Path,
     common = dict(resolution=spec.resolution, num_workers=p["num_workers"])
     train_loader = make_loader(spec.dataset_root, "train", batch_size=p["batch_size"], train=True,
                                aug=dict(spec.augmentation), generator=loader_gen, **common)
+    if p.get("permute_labels_seed") is not None:
+        train_loader.dataset.targets = permuted_targets(train_loader.dataset.targets,
+                                                        int(p["permute_labels_seed"]))
+    stop_at = p.get("stop_at_val_acc")
     eval_bs = p.get("eval_batch_size", p["batch_size"])
     drop_last = bool(p.get("val_drop_last", False))
     val_loader = make_loader(spec.dataset_root, "val", batch_size=eval_bs, train=False,
@@ -192,9 +204,11 @@ def train(spec: TrainSpec, *, out_model: str | Path, out_metrics: str | Path,
                 raise TrainingDivergedError(f"{spec.model_id}: validation loss is {val['loss']} "
                                             f"at epoch {epoch}")
             record.update(val_loss=val["loss"], val_acc=val["acc"])
-            if best is None or val["loss"] < best["val_loss"]:
+            reached = stop_at is not None and val["acc"] >= stop_at
+            if best is None or val["loss"] < best["val_loss"] or reached:
                 best = {"epoch": epoch, "val_loss": val["loss"], "val_acc": val["acc"],
-                        "model": _state_to_cpu(model), "defense": copy.deepcopy(defense.state_dict())}
+                        "model": _state_to_cpu(model), "defense": copy.deepcopy(defense.state_dict()),
+                        "stopped_early": reached}
         history.append(record)
         log.info("%s epoch %d: %s", spec.model_id, epoch,
                  {k: round(v, 4) if isinstance(v, float) else v for k, v in record.items()})
@@ -207,11 +221,21 @@ def train(spec: TrainSpec, *, out_model: str | Path, out_metrics: str | Path,
                            "step_gen": step_gen.get_state(), "rng": _rng_state(), "best": best,
                            "history": history,
                            "wall_seconds": wall_before + time.perf_counter() - t0}, resume_path)
+        if best is not None and best.get("stopped_early"):
+            log.info("%s: validation accuracy %.4f reached training.stop_at_val_acc = %s at epoch "
+                     "%d; keeping this snapshot and stopping", spec.model_id, best["val_acc"],
+                     stop_at, epoch)
+            break
         if stop_after_epochs is not None and done - start_epoch >= stop_after_epochs \
                 and done < p["epochs"]:
             return None
 
-    assert best is not None, "no validation evaluation happened"
+    if best is None:
+        raise RuntimeError(f"{spec.model_id}: no validation evaluation happened (epochs = "
+                           f"{p['epochs']}, eval_every = {p['eval_every']})")
+    if stop_at is not None and not best.get("stopped_early"):
+        log.warning("%s: validation accuracy never reached stop_at_val_acc = %s; keeping the "
+                    "lowest-validation-loss model", spec.model_id, stop_at)
     model.load_state_dict(best["model"])
     defense.load_state_dict(best["defense"])
     test = evaluate(model, defense, test_loader, device)
@@ -233,6 +257,8 @@ def train(spec: TrainSpec, *, out_model: str | Path, out_metrics: str | Path,
         "augmentation": dict(spec.augmentation), "history": history,
         "fingerprint": spec.fingerprint(), "device": str(device), "versions": versions(),
         "pretrained": spec.weights_path is not None,
+        "stopped_early": bool(best.get("stopped_early", False)),
+        "labels_permuted": p.get("permute_labels_seed") is not None,
     }
     io.torch_save(checkpoint, out_model)
     io.write_json(out_metrics, metrics)
