@@ -19,6 +19,8 @@ rule synthfaces:
     resources:
         mem_mb=2000,
         runtime=30,
+    conda:
+        "../../envs/torch.yaml"
     script:
         "../scripts/make_synthfaces.py"
 
@@ -40,6 +42,8 @@ rule torchvision_weights:
     resources:
         mem_mb=1000,
         runtime=30,
+    conda:
+        "../../envs/torch.yaml"
     script:
         "../scripts/download_weights.py"
 
@@ -66,5 +70,7 @@ rule prepare_dataset:
     resources:
         mem_mb=8000,
         runtime=6 * 60,
+    conda:
+        "../../envs/torch.yaml"
     script:
         "../scripts/prepare_dataset.py"

@@ -21,5 +21,7 @@ rule autoattack:
         gpu=1,
         mem_mb=16000,
         runtime=12 * 60,
+    conda:
+        "../../envs/torch.yaml"
     script:
         "../scripts/autoattack.py"

@@ -16,5 +16,7 @@ rule summary:
     resources:
         mem_mb=1000,
         runtime=10,
+    conda:
+        "../../envs/stats.yaml"
     script:
         "../scripts/summary.py"

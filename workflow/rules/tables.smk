@@ -17,6 +17,8 @@ rule table4:
     resources:
         mem_mb=1000,
         runtime=10,
+    conda:
+        "../../envs/stats.yaml"
     script:
         "../scripts/table4.py"
 
@@ -36,5 +38,7 @@ rule figure_robustness:
     resources:
         mem_mb=1000,
         runtime=10,
+    conda:
+        "../../envs/stats.yaml"
     script:
         "../scripts/figure_robustness.py"

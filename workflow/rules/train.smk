@@ -21,5 +21,7 @@ rule train_model:
         gpu=1,
         mem_mb=32000,
         runtime=24 * 60,
+    conda:
+        "../../envs/torch.yaml"
     script:
         "../scripts/train_model.py"
