@@ -5,11 +5,15 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from atat.defenses.atat import AntiAdversarialTraining
+from atat.defenses.bido import BiDO
+from atat.defenses.mid import MutualInformationDefense
+from atat.defenses.negls import NegativeLabelSmoothing
 from atat.defenses.base import Defense, DefenseConfigError, ModelContext, StepContext
 from atat.defenses.nodef import NoDefense
 
 REGISTRY: dict[str, type[Defense]] = {
-    cls.type_name: cls for cls in (NoDefense, AntiAdversarialTraining)
+    cls.type_name: cls for cls in (NoDefense, AntiAdversarialTraining, MutualInformationDefense,
+                                   BiDO, NegativeLabelSmoothing)
 }
 
 

@@ -1,0 +1,168 @@
+"""Tests of the embedded synthetic identity dataset (atat.data.synthfaces)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from atat.data import synthfaces as sf
+from atat.data.manifest import read_dataset, split_indices
+
+SMALL = dict(
+    n_private_identities=3,
+    n_public_identities=3,
+    images_per_identity=5,
+    public_images_per_identity=3,
+    resolution=32,
+    progress=False,
+)
+
+
+def _hashes(root):
+    return {
+        p.relative_to(root).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(root.rglob("*"))
+        if p.is_file()
+    }
+
+
+@pytest.fixture(scope="module")
+def gen(tmp_path_factory):
+    base = tmp_path_factory.mktemp("synth")
+    a = base / "a"
+    info = sf.generate_synthfaces(a, seed=0, **SMALL)
+    b = base / "b"
+    sf.generate_synthfaces(b, seed=0, **SMALL)
+    c = base / "c"
+    sf.generate_synthfaces(c, seed=1, **SMALL)
+    return base, info
+
+
+def test_layout_and_manifest(gen):
+    base, info = gen
+    root = base / "a"
+    assert sorted(p.name for p in base.iterdir()) == ["a", "b", "c"]  # no temp dirs left
+    assert sorted(p.name for p in root.iterdir()) == ["private", "public"]
+    priv, pm = read_dataset(root / "private")
+    pub, qm = read_dataset(root / "public")
+    assert info["private"] == pm and info["public"] == qm
+    assert pm["n_classes"] == 3 and pm["class_names"] == ["priv_0000", "priv_0001", "priv_0002"]
+    assert qm["class_names"] == ["pub_0000", "pub_0001", "pub_0002"]
+    assert pm["resolution"] == [32, 32] and pm["split_seed"] == 42
+    assert len(priv) == 15 and len(pub) == 9 and set(pub["split"]) == {"public"}
+    # identity-major order, splits from split_indices over that order
+    assert list(priv["path"][:2]) == ["images/priv_0000/0000.png", "images/priv_0000/0001.png"]
+    assert list(priv["label"]) == [i // 5 for i in range(15)]
+    for name, idx in split_indices(15, seed=42).items():
+        assert set(priv["split"][idx]) == {name}
+    with Image.open(root / "private" / priv["path"][0]) as im:
+        assert im.size == (32, 32) and im.mode == "RGB"
+    ids = json.loads((root / "private" / "identities.json").read_text())
+    assert [i["name"] for i in ids] == pm["class_names"]
+
+
+def test_same_seed_identical_bytes(gen):
+    base, _ = gen
+    ha, hb = _hashes(base / "a"), _hashes(base / "b")
+    assert len(ha) == 2 * (1 + 1 + 1) + 15 + 9  # manifest, meta, identities per pool + images
+    assert ha == hb
+
+
+def test_different_seed_differs(gen):
+    base, _ = gen
+    ha, hc = _hashes(base / "a"), _hashes(base / "c")
+    assert ha.keys() == hc.keys()
+    imgs = [k for k in ha if k.endswith(".png")]
+    assert all(ha[k] != hc[k] for k in imgs)
+
+
+def test_public_private_disjoint(gen):
+    base, _ = gen
+    priv, pm = read_dataset(base / "a" / "private")
+    pub, qm = read_dataset(base / "a" / "public")
+    assert not set(pm["class_names"]) & set(qm["class_names"])
+    hp = {hashlib.sha256((base / "a" / "private" / p).read_bytes()).hexdigest() for p in priv["path"]}
+    hq = {hashlib.sha256((base / "a" / "public" / p).read_bytes()).hexdigest() for p in pub["path"]}
+    assert len(hp) == len(priv) and len(hq) == len(pub) and not hp & hq
+    strip = lambda i: {k: v for k, v in i.items() if k not in ("name", "pool", "index", "attempt")}  # noqa: E731
+    ip = [strip(i) for i in json.loads((base / "a" / "private" / "identities.json").read_text())]
+    iq = [strip(i) for i in json.loads((base / "a" / "public" / "identities.json").read_text())]
+    assert all(x != y for x in ip for y in iq)
+
+
+def test_identities_distinct_and_prefix_stable():
+    ids = sf.make_identities(12, "private", seed=3)
+    assert [i["name"] for i in ids[:2]] == ["priv_0000", "priv_0001"]
+    sigs = [sf._discrete_signature(i) for i in ids]
+    for i in range(len(sigs)):
+        for j in range(i):
+            assert sum(a != b for a, b in zip(sigs[i], sigs[j])) >= sf.MIN_DISCRETE_DIFF
+    assert sf.make_identities(5, "private", seed=3) == ids[:5]
+    assert sf.make_identities(5, "public", seed=3) != ids[:5]
+    with pytest.raises(ValueError):
+        sf.make_identities(2, "attacker", seed=3)
+
+
+@pytest.mark.parametrize("res", [32, 64, 128])
+def test_resolutions_and_determinism(res):
+    ident = sf.make_identities(1, "public", seed=0)[0]
+    a = sf.render_identity_image(ident, 0, resolution=res)
+    b = sf.render_identity_image(ident, 0, resolution=res)
+    c = sf.render_identity_image(ident, 1, resolution=res)
+    assert a.size == (res, res) and a.mode == "RGB"
+    arr = np.asarray(a)
+    assert np.array_equal(arr, np.asarray(b))
+    assert not np.array_equal(arr, np.asarray(c))  # nuisance varies per image
+    assert arr.std() > 10  # not a blank image
+
+
+def test_nuisance_zero_still_renders_face():
+    ident = sf.make_identities(1, "private", seed=0)[0]
+    a = np.asarray(sf.render_identity_image(ident, 0, resolution=32, nuisance=0.0), dtype=float)
+    b = np.asarray(sf.render_identity_image(ident, 1, resolution=32, nuisance=0.0), dtype=float)
+    # only background colour / clothing / expression vary: the face centre stays close
+    centre = (slice(10, 22), slice(10, 22))
+    assert np.abs(a[centre] - b[centre]).mean() < 0.5 * np.abs(a - b).mean()
+
+
+def test_refuses_existing_and_overwrites(tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "junk.txt").write_text("x")
+    small = {**SMALL, "n_private_identities": 2, "n_public_identities": 1, "images_per_identity": 2,
+             "public_images_per_identity": 1}
+    with pytest.raises(FileExistsError):
+        sf.generate_synthfaces(out, **small)
+    sf.generate_synthfaces(out, overwrite=True, **small)
+    assert sorted(p.name for p in out.iterdir()) == ["private", "public"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
+
+
+def test_interrupted_run_leaves_nothing(tmp_path, monkeypatch):
+    calls = {"n": 0}
+    real = sf.render_identity_image
+
+    def flaky(*a, **k):
+        calls["n"] += 1
+        if calls["n"] > 5:
+            raise KeyboardInterrupt
+        return real(*a, **k)
+
+    monkeypatch.setattr(sf, "render_identity_image", flaky)
+    with pytest.raises(KeyboardInterrupt):
+        sf.generate_synthfaces(tmp_path / "out", **SMALL)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_cli(tmp_path, capsys):
+    rc = sf.main(["--out", str(tmp_path / "cli"), "--n-private", "2", "--n-public", "2",
+                  "--images-per-identity", "3", "--public-images-per-identity", "1",
+                  "--resolution", "32", "--no-progress", "--sheet", str(tmp_path / "sheet.png")])
+    assert rc == 0
+    out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert out["public"] == {"public": 2} and sum(out["private"].values()) == 6
+    assert (tmp_path / "sheet.png").is_file()
