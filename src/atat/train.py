@@ -183,7 +183,8 @@ def train(spec: TrainSpec, *, out_model: str | Path, out_metrics: str | Path,
                    disable=not progress, leave=False, dynamic_ncols=True)
         for x, y in bar:
             x, y = x.to(device), y.to(device)
-            ctx = StepContext(epoch=epoch, step=step, n_classes=spec.n_classes, generator=step_gen)
+            ctx = StepContext(epoch=epoch, step=step, n_classes=spec.n_classes, generator=step_gen,
+                              steps_per_epoch=len(train_loader))
             try:
                 loss, logs = defense.train_step(model, optimizer, x, y, ctx)
             except FloatingPointError as exc:
@@ -207,7 +208,8 @@ def train(spec: TrainSpec, *, out_model: str | Path, out_metrics: str | Path,
             reached = stop_at is not None and val["acc"] >= stop_at
             if best is None or val["loss"] < best["val_loss"] or reached:
                 best = {"epoch": epoch, "val_loss": val["loss"], "val_acc": val["acc"],
-                        "model": _state_to_cpu(model), "defense": copy.deepcopy(defense.state_dict()),
+                        "model": _state_to_cpu(model),
+                        "defense": copy.deepcopy(defense.checkpoint_state_dict()),
                         "stopped_early": reached}
         history.append(record)
         log.info("%s epoch %d: %s", spec.model_id, epoch,

@@ -5,15 +5,21 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from atat.defenses.atat import AntiAdversarialTraining
+from atat.defenses.at import AdversarialTraining
 from atat.defenses.bido import BiDO
 from atat.defenses.mid import MutualInformationDefense
 from atat.defenses.negls import NegativeLabelSmoothing
 from atat.defenses.base import Defense, DefenseConfigError, ModelContext, StepContext
 from atat.defenses.nodef import NoDefense
+from atat.defenses.rolss import RemoveLastStageSkip, RoLSSScaledSkip
+from atat.defenses.tldmi import TransferLearningDefense
+from atat.defenses.trap_mid import TrapMID
 
 REGISTRY: dict[str, type[Defense]] = {
     cls.type_name: cls for cls in (NoDefense, AntiAdversarialTraining, MutualInformationDefense,
-                                   BiDO, NegativeLabelSmoothing)
+                                   BiDO, NegativeLabelSmoothing, TransferLearningDefense,
+                                   RemoveLastStageSkip, RoLSSScaledSkip, AdversarialTraining,
+                                   TrapMID)
 }
 
 

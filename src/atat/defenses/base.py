@@ -56,6 +56,7 @@ class StepContext:
     step: int
     n_classes: int
     generator: torch.Generator
+    steps_per_epoch: int | None = None
 
 
 class Defense:
@@ -132,6 +133,11 @@ class Defense:
     def state_dict(self) -> dict[str, Any]:
         """Defense state saved with the model (e.g. Trap-MID triggers)."""
         return {}
+
+    def checkpoint_state_dict(self) -> dict[str, Any]:
+        """Defense state kept with the final model (default: all of it); the resume file
+        always holds the full :meth:`state_dict`."""
+        return self.state_dict()
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         if state:
