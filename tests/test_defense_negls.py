@@ -119,3 +119,13 @@ def test_one_training_run(tmp_path, monkeypatch):
     assert np.isfinite(h["train_loss"]) and np.isfinite(metrics["val_loss"])
     _, defense, _ = load_model(tmp_path / "m.pt")  # the defense state survives weights_only
     assert defense.current_alpha == pytest.approx(-0.05)
+
+
+def test_scaled_schedule_stretches_the_repo_schedule_to_short_runs():
+    from atat.defenses.negls import scheduled_alpha
+    repo = [scheduled_alpha(t, -0.05, schedule="repo", total_epochs=100) for t in range(100)]
+    scaled = [scheduled_alpha(t, -0.05, schedule="scaled", total_epochs=100) for t in range(100)]
+    assert scaled == repo
+    short = [scheduled_alpha(t, -0.05, schedule="scaled", total_epochs=12) for t in range(12)]
+    assert short[:5] == [0.0] * 5 and short[-1] == -0.05 and min(short) == -0.05
+    assert any(-0.05 < a < 0 for a in short)  # the ramp is visible in 12 epochs

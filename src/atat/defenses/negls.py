@@ -28,7 +28,8 @@ with E = the number of training epochs (100). In 0-based epochs: 0 for t ≤ 48,
 because the ramp's denominator is E − 50 = 50 while it lasts only 25 epochs). PPA applies the
 same formula to the 0-based epoch t, i.e. REPO switches smoothing on one epoch earlier than PPA.
 ``schedule = "repo"`` (default) reproduces REPO; ``"ppa"`` the PPA convention; ``"constant"``
-uses α from the first epoch (REPO's ``ls_scheduler: False``). The thresholds 50 and 75 are
+uses α from the first epoch (REPO's ``ls_scheduler: False``); ``"scaled"`` stretches REPO's
+100-epoch schedule to a run of E epochs (used by the short embedded demo). The thresholds 50 and 75 are
 hard-coded in both sources; ``schedule_epochs`` is E.
 
 The validation loss uses the α of the current epoch, so best-checkpoint selection compares
@@ -45,9 +46,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from atat.defenses.base import Defense, Param, StepContext, positive_int
+from atat.defenses.base import Defense, DefenseConfigError, Param, StepContext, positive_int
 
-SCHEDULES = ("repo", "ppa", "constant")
+SCHEDULES = ("repo", "ppa", "constant", "scaled")
 
 
 def _smoothing(v: Any) -> bool:
@@ -72,6 +73,10 @@ def scheduled_alpha(epoch: int, alpha: float, *, schedule: str = "repo",
         return ramp(epoch + 1, alpha, total_epochs)
     if schedule == "ppa":
         return ramp(epoch, alpha, total_epochs)
+    if schedule == "scaled":
+        # the REPO schedule stretched to a run of ``total_epochs`` epochs (for short demo runs):
+        # epoch t behaves like REPO's epoch floor((t + 1) * 100 / E) - 1 of a 100-epoch run
+        return ramp((epoch + 1) * 100 // total_epochs, alpha, 100)
     raise ValueError(f"unknown NegLS schedule '{schedule}' (known: {SCHEDULES})")
 
 
@@ -88,12 +93,18 @@ class NegativeLabelSmoothing(Defense):
     PARAMS = {
         "alpha": Param(-0.05, _smoothing, "smoothing factor in [-1, 1); negative for NegLS"),
         "schedule": Param("repo", lambda v: v in SCHEDULES, f"one of {SCHEDULES}"),
-        "schedule_epochs": Param(100, lambda v: positive_int(v) and v > 50,
-                                 "E of the schedule (total training epochs), integer > 50"),
+        "schedule_epochs": Param(100, positive_int,
+                                 "E of the schedule (total training epochs), integer > 0; "
+                                 "> 50 for the repo/ppa schedules"),
     }
 
     def __init__(self, params: Mapping[str, Any], n_classes: int, context=None) -> None:
         super().__init__(params, n_classes, context)
+        if self.params["schedule"] in ("repo", "ppa") and self.params["schedule_epochs"] <= 50:
+            raise DefenseConfigError(
+                f"negls.schedule_epochs = {self.params['schedule_epochs']}: the {self.params['schedule']} "
+                "schedule has hard-coded thresholds at epochs 50 and 75 and needs > 50 epochs; use "
+                "schedule: scaled for short runs")
         self.epoch: int | None = None
         self.current_alpha = self.alpha_at(0)
 
