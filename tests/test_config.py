@@ -31,7 +31,36 @@ def test_paper_grid_has_every_cell_of_tables_23_to_26():
     assert ("celeba", "densenet169", "nodef") in cells
     assert ("stanford_dogs", "resnet18", "atat") in cells
     assert ("stanford_dogs", "densenet169", "atat") not in cells  # Table 26: RN-152, RN-18 only
-    assert len(runs) == (2 * 3 + 1 * 2) * 2
+    assert ("facescrub", "densenet169", "rolss") not in cells     # RoLSS cannot load into DenseNet
+    assert ("celeba", "resnet18", "tldmi5") in cells and ("celeba", "resnet152", "tldmi5") not in cells
+    main = [r for r in runs if r.replicate is None]
+    assert len(main) == 2 * 3 * 8 + 2 * 2 * 2 + 2 + 2 * 9 + 2 * 2 + 2 + 1
+
+
+def test_causal_replicates_are_balanced_and_reproducible():
+    cfg = load_config(PAPER)
+    runs = [r for r in model_runs(cfg) if r.replicate is not None]
+    assert len(runs) == 10 and sum(r.treatment for r in runs) == 5
+    assert {r.defense for r in runs if r.treatment} == {"atat"}
+    assert {r.defense for r in runs if not r.treatment} == {"nodef"}
+    assert len({r.seed for r in runs}) == 10
+    again = [r for r in model_runs(load_config(PAPER)) if r.replicate is not None]
+    assert runs == again
+    seen = set()
+    for seed in range(20):  # different seeds give different (balanced) assignments
+        other = copy.deepcopy(cfg)
+        other["causal"]["assignment_seed"] = seed
+        d = tuple(r.treatment for r in model_runs(other) if r.replicate is not None)
+        assert sum(d) == 5
+        seen.add(d)
+    assert len(seen) > 10
+
+
+def test_causal_seeds_must_not_overlap_the_grid():
+    cfg = load_config(PAPER)
+    cfg["causal"]["first_seed"] = 0
+    with pytest.raises(ConfigError, match="causal.first_seed"):
+        validate_config(cfg)
 
 
 def mutate(cfg, path, value):

@@ -113,6 +113,20 @@ def _check_semantics(config: Mapping[str, Any]) -> None:
             if value is not None and value not in pool:
                 raise ConfigError(f"invalid configuration: overrides[{i}].when.{key}: '{value}' "
                                   f"is not defined")
+    causal = config.get("causal")
+    if causal:
+        for key, pool in (("dataset", datasets), ("architecture", config["architectures"]),
+                          ("treatment", config["defenses"]), ("control", config["defenses"])):
+            if causal[key] not in pool:
+                raise ConfigError(f"invalid configuration: causal.{key}: '{causal[key]}' is not "
+                                  "defined")
+        if causal["n_treated"] > causal["n_models"]:
+            raise ConfigError("invalid configuration: causal.n_treated: larger than n_models")
+        grid_seeds = set(int(s) for s in config["seeds"])
+        own = set(range(causal["first_seed"], causal["first_seed"] + causal["n_models"]))
+        if grid_seeds & own:
+            raise ConfigError("invalid configuration: causal.first_seed: replicate seeds "
+                              f"{sorted(own)} overlap the grid's seeds {sorted(grid_seeds)}")
     training = config["training"]
     if any(m >= training["epochs"] for m in training["lr_milestones"]):
         raise ConfigError("invalid configuration: training.lr_milestones: every milestone must "
@@ -126,6 +140,8 @@ class ModelRun:
     architecture: str
     defense: str
     seed: int
+    replicate: int | None = None     # causal experiment only (paper §5, App. H)
+    treatment: int | None = None     # 1 = treatment variant, 0 = control variant
 
     @property
     def path(self) -> str:
@@ -134,6 +150,7 @@ class ModelRun:
 
 
 def model_runs(config: Mapping[str, Any]) -> list[ModelRun]:
+    """Every model of the config: the grid, then the causal experiment's replicates."""
     runs: list[ModelRun] = []
     for cell in config["grid"]:
         for ds in cell["datasets"]:
@@ -143,7 +160,28 @@ def model_runs(config: Mapping[str, Any]) -> list[ModelRun]:
                         run = ModelRun(ds, arch, defense, int(seed))
                         if run not in runs:
                             runs.append(run)
+    runs.extend(causal_runs(config))
     return runs
+
+
+def causal_assignment(n_models: int, n_treated: int, seed: int) -> list[int]:
+    """Complete randomisation of the causal experiment: exactly ``n_treated`` of ``n_models``
+    replicates get the treatment; reproducible from ``seed`` (recorded in the config)."""
+    from atat.stats.causal import assign_treatment
+
+    return [int(d) for d in assign_treatment(n_models, n_treated, seed)]
+
+
+def causal_runs(config: Mapping[str, Any]) -> list[ModelRun]:
+    """Replicates of the randomised AT-AT experiment (paper §5, App. H): replicate i is trained
+    with seed ``first_seed + i`` and the treatment or control variant its assignment says."""
+    c = config.get("causal")
+    if not c:
+        return []
+    assignment = causal_assignment(c["n_models"], c["n_treated"], c["assignment_seed"])
+    return [ModelRun(c["dataset"], c["architecture"], c["treatment"] if d else c["control"],
+                     c["first_seed"] + i, replicate=i, treatment=d)
+            for i, d in enumerate(assignment)]
 
 
 def training_params(config: Mapping[str, Any], dataset: str, architecture: str,

@@ -21,6 +21,8 @@ def robust_column(eps: float, attack: str | None = None) -> str:
 def summary_row(model: Mapping[str, Any]) -> dict[str, Any]:
     metrics = io.read_json(model["metrics"])
     row: dict[str, Any] = {k: model[k] for k in ID_COLUMNS}
+    for key in ("replicate", "treatment"):  # causal experiment rows
+        row[key] = model.get(key)
     row.update(test_acc=metrics["test_acc"], test_top5=metrics["test_top5"],
                val_acc=metrics["val_acc"], best_epoch=metrics["best_epoch"],
                train_seconds=metrics["train_seconds"], pretrained=metrics["pretrained"])

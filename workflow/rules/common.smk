@@ -100,6 +100,8 @@ def summary_models(wildcards):
             defense=r.defense,
             defense_type=config["defenses"][r.defense]["type"],
             seed=r.seed,
+            replicate=r.replicate,
+            treatment=r.treatment,
             metrics=f"{model_dir(r)}/metrics.json",
             robustness={e: f"results/robustness/{r.path}/eps{e}.json" for e in EPS},
         )
