@@ -27,20 +27,11 @@ from typing import Iterator
 import torch
 from torch import Tensor
 
+from atat.precision import no_tf32
+
 SIGMA = 5.0
 EPS = 1e-5
 KERNELS = ("gaussian", "linear")
-
-
-@contextlib.contextmanager
-def _full_precision_matmul() -> Iterator[None]:
-    """Disable TF32 for CUDA matmuls (cancellation in ‖a‖² − 2a·b + ‖b‖² at d ≈ 150k)."""
-    old = torch.backends.cuda.matmul.allow_tf32
-    torch.backends.cuda.matmul.allow_tf32 = False
-    try:
-        yield
-    finally:
-        torch.backends.cuda.matmul.allow_tf32 = old
 
 
 @contextlib.contextmanager
@@ -63,7 +54,7 @@ def flatten(a: Tensor, dtype: torch.dtype = torch.float32) -> Tensor:
 def distmat(a: Tensor) -> Tensor:
     """D_ij = |‖a_i‖² − 2 a_i·a_j + ‖a_j‖²| for a (m, d) matrix."""
     r = (a * a).sum(1, keepdim=True)
-    with _full_precision_matmul():
+    with no_tf32():
         g = a @ a.T
     return (r - 2 * g + r.T).abs()
 
@@ -74,7 +65,7 @@ def gaussian_kernel(a: Tensor, sigma: float = SIGMA) -> Tensor:
 
 
 def linear_kernel(a: Tensor) -> Tensor:
-    with _full_precision_matmul():
+    with no_tf32():
         return a @ a.T
 
 
@@ -91,7 +82,7 @@ def centred_kernel(a: Tensor, ktype: str = "gaussian", sigma: float = SIGMA) -> 
     k = kernel(a, ktype, sigma)
     m = k.shape[0]
     h = torch.eye(m, dtype=k.dtype, device=k.device) - 1.0 / m
-    with _full_precision_matmul():
+    with no_tf32():
         return k @ h
 
 
@@ -103,7 +94,7 @@ def normalized_kernel(a: Tensor, ktype: str = "gaussian", *, sigma: float = SIGM
         kc = centred_kernel(a, ktype, sigma)
         m = kc.shape[0]
         eye = torch.eye(m, dtype=kc.dtype, device=kc.device)
-        with _full_precision_matmul():
+        with no_tf32():
             return kc @ torch.linalg.inv(kc + eps * m * eye)
 
 

@@ -1,40 +1,17 @@
-"""Projected gradient descent in the normalised [-1, 1] input space (spec §2.8).
-
-Attacks and PGD always run in float32 with TF32 disabled: a perturbation of 1e-5 is below
-TF32's 10-bit mantissa resolution and would silently vanish.
-"""
+"""Projected gradient descent in the normalised [-1, 1] input space (spec §2.8), in float32
+with TF32 disabled (atat.precision)."""
 
 from __future__ import annotations
 
-import contextlib
-from typing import Callable, Iterator
+from typing import Callable
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from atat.precision import no_tf32, tf32_disabled
 
-@contextlib.contextmanager
-def no_tf32() -> Iterator[None]:
-    """Disable TF32 for matmul and cuDNN (and restore the previous settings afterwards)."""
-    matmul = torch.backends.cuda.matmul.allow_tf32
-    cudnn = torch.backends.cudnn.allow_tf32
-    precision = torch.get_float32_matmul_precision()
-    torch.backends.cuda.matmul.allow_tf32 = False
-    torch.backends.cudnn.allow_tf32 = False
-    torch.set_float32_matmul_precision("highest")
-    try:
-        yield
-    finally:
-        torch.backends.cuda.matmul.allow_tf32 = matmul
-        torch.backends.cudnn.allow_tf32 = cudnn
-        torch.set_float32_matmul_precision(precision)
-
-
-def tf32_disabled() -> bool:
-    return (not torch.backends.cuda.matmul.allow_tf32
-            and not torch.backends.cudnn.allow_tf32
-            and torch.get_float32_matmul_precision() == "highest")
+__all__ = ["no_tf32", "pgd", "sample_targets", "tf32_disabled"]
 
 
 def sample_targets(y: Tensor, n_classes: int, generator: torch.Generator | None = None) -> Tensor:

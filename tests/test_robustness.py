@@ -1,0 +1,396 @@
+"""Tests of atat.robustness (AutoAttack wrapper). Tiny models and images only."""
+from __future__ import annotations
+
+import contextlib
+import json
+import sys
+
+import pytest
+import torch
+from torch import nn
+
+from atat.robustness import (DEMO_SETTINGS, NormalizedModel, evaluate_autoattack, no_tf32,
+                             run_autoattack)
+
+CHEAP = {"apgd": {"n_iter": 4, "n_restarts": 1},
+         "apgd_t": {"n_target_classes": 2, "n_iter": 4},
+         "fab": {"n_target_classes": 2, "n_iter": 4, "n_restarts": 1},
+         "square": {"n_queries": 30, "p_init": 0.8}}
+
+
+@contextlib.contextmanager
+def one_thread():
+    # on a shared 2-core machine torch's intra-op threads spin against each other: these
+    # tiny attacks run ~10x slower with 2 threads than with 1
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(n)
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    # function scope, so that it runs after conftest's per-test thread setting
+    with one_thread():
+        yield
+
+
+def tiny_cnn(n_classes: int = 5, seed: int = 0) -> nn.Module:
+    torch.manual_seed(seed)
+    model = nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.ReLU(), nn.AdaptiveAvgPool2d(2),
+                          nn.Flatten(), nn.Linear(16, n_classes)).eval()
+    with torch.no_grad():   # sharper logits, so that eps = 0.01 fools some but not all
+        model[0].weight.mul_(20.0)
+        model[4].weight.mul_(20.0)
+    return model
+
+
+def cnn_data(model: nn.Module, n: int = 6, size: int = 16, n_classes: int = 5):
+    g = torch.Generator().manual_seed(1)
+    x = torch.rand(n, 3, size, size, generator=g)
+    x[0, :, :4] = 0.0          # pixels on the box boundary
+    x[1, :, :4] = 1.0
+    with torch.no_grad():
+        y = model((x - 0.5) / 0.5).argmax(1)
+    y[-1] = (y[-1] + 1) % n_classes   # one misclassified example
+    return x, y
+
+
+class GroupLinear(nn.Module):
+    """logit_c = scale * mean of image column c (1 x 4 x n_classes image, [-1, 1] inputs)."""
+
+    def __init__(self, n_classes: int = 4, scale: float = 10.0):
+        super().__init__()
+        self.lin = nn.Linear(4 * n_classes, n_classes)
+        w = torch.zeros(n_classes, 4, n_classes)
+        for c in range(n_classes):
+            w[c, :, c] = scale / 4
+        with torch.no_grad():
+            self.lin.weight.copy_(w.reshape(n_classes, -1))
+            self.lin.bias.zero_()
+
+    def forward(self, x):
+        return self.lin(x.flatten(1))
+
+
+def linear_data(n_classes: int = 4, n: int = 4):
+    y = torch.arange(n) % n_classes
+    x = torch.full((n, 1, 4, n_classes), 0.3)
+    for i in range(n):
+        x[i, :, :, y[i]] = 0.7   # correct column brighter: fooled iff eps > 0.2 (L-inf)
+    y_label = y.clone()
+    y_label[-1] = (y[-1] + 1) % n_classes   # one wrong label -> clean accuracy (n-1)/n
+    return x, y_label
+
+
+# ----------------------------------------------------------------------------- wrapper
+def test_normalized_model_applies_minus_one_one_normalisation():
+    seen = {}
+
+    class Probe(nn.Module):
+        def forward(self, x):
+            seen["x"] = x
+            return x.flatten(1)[:, :3] * 2.0
+
+    x = torch.rand(2, 1, 2, 2)
+    out = NormalizedModel(Probe())(x)
+    torch.testing.assert_close(seen["x"], (x - 0.5) / 0.5)
+    torch.testing.assert_close(out, ((x - 0.5) / 0.5).flatten(1)[:, :3] * 2.0)
+
+
+def test_normalized_model_logits_from_tuple_dict_and_logits_fn():
+    logits = torch.randn(2, 3)
+
+    class Multi(nn.Module):
+        def __init__(self, kind):
+            super().__init__()
+            self.kind = kind
+
+        def forward(self, x):
+            if self.kind == "tuple":
+                return logits, torch.zeros(1)
+            if self.kind == "dict":
+                return {"logits": logits, "aux": 0}
+            return torch.zeros(1), logits   # e.g. (h, ..., logits)
+
+    x = torch.rand(2, 1, 2, 2)
+    assert torch.equal(NormalizedModel(Multi("tuple"))(x), logits)
+    assert torch.equal(NormalizedModel(Multi("dict"))(x), logits)
+    assert torch.equal(NormalizedModel(Multi("last"), logits_fn=lambda o: o[-1])(x), logits)
+    with pytest.raises(ValueError, match="logits"):
+        NormalizedModel(Multi("last"))(x)     # element 0 is not (batch, classes)
+
+
+# ----------------------------------------------------------------------------- TF32
+def test_no_tf32_disables_and_restores():
+    b = torch.backends
+    before = (b.cuda.matmul.allow_tf32, b.cudnn.allow_tf32, torch.get_float32_matmul_precision())
+    try:
+        b.cuda.matmul.allow_tf32 = True
+        b.cudnn.allow_tf32 = True
+        torch.set_float32_matmul_precision("high")
+        with no_tf32():
+            assert b.cuda.matmul.allow_tf32 is False
+            assert b.cudnn.allow_tf32 is False
+            assert torch.get_float32_matmul_precision() == "highest"
+        assert b.cuda.matmul.allow_tf32 is True
+        assert b.cudnn.allow_tf32 is True
+        assert torch.get_float32_matmul_precision() == "high"
+        with pytest.raises(RuntimeError):     # restored on error, too
+            with no_tf32():
+                raise RuntimeError("boom")
+        assert b.cudnn.allow_tf32 is True and torch.get_float32_matmul_precision() == "high"
+    finally:
+        torch.set_float32_matmul_precision(before[2])
+        b.cuda.matmul.allow_tf32, b.cudnn.allow_tf32 = before[0], before[1]
+
+
+def test_no_tf32_with_new_precision_api():
+    # once the new fp32_precision API is used, PyTorch (>= 2.9) refuses to read the legacy
+    # flags ("mix of the legacy and new APIs"); no_tf32 must still work and restore
+    b = torch.backends
+    before = (b.cuda.matmul.allow_tf32, b.cudnn.allow_tf32, torch.get_float32_matmul_precision())
+    try:
+        b.cuda.matmul.fp32_precision = "tf32"
+        b.cudnn.conv.fp32_precision = "tf32"
+        with no_tf32():
+            assert b.cuda.matmul.fp32_precision == "ieee"
+            assert b.cudnn.conv.fp32_precision == "ieee"
+            assert b.cudnn.rnn.fp32_precision == "ieee"
+        assert b.cuda.matmul.fp32_precision == "tf32"
+        assert b.cudnn.conv.fp32_precision == "tf32"
+    finally:   # legacy writes make the legacy flags readable again
+        torch.set_float32_matmul_precision(before[2])
+        b.cuda.matmul.allow_tf32, b.cudnn.allow_tf32 = before[0], before[1]
+    assert b.cudnn.allow_tf32 == before[1]
+
+
+# ----------------------------------------------------------------------------- validation
+@pytest.mark.parametrize("eps", [0, -0.1, float("nan"), float("inf"), 2.0, "0.1", True])
+def test_bad_epsilon(eps):
+    x = torch.rand(2, 3, 8, 8)
+    with pytest.raises(ValueError, match="epsilon"):
+        evaluate_autoattack(tiny_cnn(), x, torch.zeros(2, dtype=torch.long), epsilon=eps)
+
+
+def test_unknown_attack_named():
+    x = torch.rand(2, 3, 8, 8)
+    with pytest.raises(ValueError, match="'pgd-linf'"):
+        evaluate_autoattack(tiny_cnn(), x, torch.zeros(2, dtype=torch.long), epsilon=0.01,
+                            attacks=("apgd-ce", "pgd-linf"))
+    with pytest.raises(ValueError, match="duplicate"):
+        evaluate_autoattack(tiny_cnn(), x, torch.zeros(2, dtype=torch.long), epsilon=0.01,
+                            attacks=("square", "square"))
+    with pytest.raises(ValueError, match="non-empty"):
+        evaluate_autoattack(tiny_cnn(), x, torch.zeros(2, dtype=torch.long), epsilon=0.01,
+                            attacks=())
+
+
+@pytest.mark.parametrize("shift", [-0.5, 0.01])
+def test_inputs_outside_unit_box(shift):
+    x = torch.rand(2, 3, 8, 8)
+    x[0, 0, 0, 0] = 1.0 + shift if shift > 0 else shift
+    with pytest.raises(ValueError, match=r"\[0, 1\]"):
+        evaluate_autoattack(tiny_cnn(), x, torch.zeros(2, dtype=torch.long), epsilon=0.01)
+
+
+def test_bad_settings_and_version():
+    x = torch.rand(2, 3, 8, 8)
+    y = torch.zeros(2, dtype=torch.long)
+    with pytest.raises(ValueError, match="version='custom'"):
+        evaluate_autoattack(tiny_cnn(), x, y, epsilon=0.01, settings=CHEAP)
+    with pytest.raises(ValueError, match="apgd.n_iterations"):
+        evaluate_autoattack(tiny_cnn(), x, y, epsilon=0.01, version="custom",
+                            settings={"apgd": {"n_iterations": 3}})
+    with pytest.raises(ValueError, match="version"):
+        evaluate_autoattack(tiny_cnn(), x, y, epsilon=0.01, version="plus")
+    with pytest.raises(ValueError, match="4 classes"):
+        evaluate_autoattack(tiny_cnn(3), x, y, epsilon=0.01, version="custom", settings=CHEAP)
+
+
+# ----------------------------------------------------------------------------- attacks
+@pytest.fixture(scope="module")
+def cnn_run():
+    model = tiny_cnn()
+    x, y = cnn_data(model)
+    with one_thread():
+        record, adv = run_autoattack(model, x, y, epsilon=0.01, version="custom",
+                                     settings=CHEAP, batch_size=4, seed=3, recheck=True)
+    return model, x, y, record, adv
+
+
+def test_adversarials_within_eps_ball_and_box(cnn_run):
+    _, x, _, record, adv = cnn_run
+    assert set(adv) == {"apgd-ce", "apgd-t", "fab-t", "square"}
+    for name, xa in adv.items():
+        assert xa.shape == x.shape and xa.dtype == torch.float32
+        assert float(xa.min()) >= 0.0 and float(xa.max()) <= 1.0, name
+        dist = (xa.double() - x.double()).abs().amax()
+        assert float(dist) <= 0.01 + 1e-7, (name, float(dist))   # float32 rounding only
+        assert record["per_attack"][name]["max_linf_perturbation"] == pytest.approx(
+            float(dist))
+    # the attack did move something (otherwise the bound above tests nothing)
+    assert max(float((xa - x).abs().amax()) for xa in adv.values()) > 0.005
+
+
+def test_worst_case_is_and_over_attacks(cnn_run):
+    _, x, y, record, _ = cnn_run
+    json.dumps(record, allow_nan=False)        # JSON-serialisable
+    n = x.shape[0]
+    clean = torch.tensor(record["clean_flags"], dtype=torch.bool)
+    assert record["clean_accuracy"] == pytest.approx(clean.float().mean().item())
+    assert record["clean_accuracy"] == pytest.approx(5 / 6)
+    assert 0 < record["robust_accuracy"] < record["clean_accuracy"]   # non-trivial case
+    worst = torch.ones(n, dtype=torch.bool)
+    for name, res in record["per_attack"].items():
+        flags = torch.tensor(res["robust_flags"], dtype=torch.bool)
+        assert len(res["robust_flags"]) == n
+        assert not (flags & ~clean).any(), name          # robust implies clean-correct
+        assert res["robust_accuracy"] == pytest.approx(flags.float().mean().item())
+        assert res["robust_accuracy"] <= record["clean_accuracy"]
+        assert record["robust_accuracy"] <= res["robust_accuracy"]
+        assert res["robust_flags_recheck"] == res["robust_flags"]   # deterministic model
+        assert res["seconds"] >= 0
+        worst &= flags
+    assert record["robust_flags"] == worst.int().tolist()
+    assert record["robust_accuracy"] == pytest.approx(worst.float().mean().item())
+    assert record["robust_accuracy"] <= record["clean_accuracy"]
+
+
+def test_record_contents_custom(cnn_run):
+    _, _, _, record, _ = cnn_run
+    assert record["epsilon"] == 0.01 and record["norm"] == "Linf"
+    assert record["version"] == "custom"
+    assert record["library"]["name"] == "pyautoattack" and record["library"]["version"]
+    assert record["n_examples"] == 6 and record["n_classes"] == 5
+    s = record["settings"]
+    assert s["apgd-ce"]["n_iter"] == 4 and s["apgd-ce"]["n_restarts"] == 1
+    assert s["apgd-ce"]["loss"] == "ce" and s["apgd-ce"]["eps"] == 0.01
+    assert s["apgd-ce"]["n_iter_2"] == 1          # checkpoint schedule follows n_iter
+    assert s["apgd-t"]["n_target_classes"] == 2 and s["apgd-t"]["loss"] == "dlr-targeted"
+    assert s["fab-t"]["targeted"] is True and s["fab-t"]["n_iter"] == 4
+    assert s["square"]["n_queries"] == 30 and s["square"]["p_init"] == 0.8
+    assert record["randomized_model"] is False
+
+
+def test_deterministic_for_fixed_seed(cnn_run):
+    # same seed -> same record; also: running AutoAttack's checks before every attack (the
+    # library's default) instead of once changes nothing
+    model, x, y, record, _ = cnn_run
+    again = evaluate_autoattack(model, x, y, epsilon=0.01, version="custom", settings=CHEAP,
+                                batch_size=4, seed=3, recheck=True,
+                                library_checks="every_attack")
+    assert again["library_checks"] == "every_attack"
+
+    def strip(r):
+        r = json.loads(json.dumps(r))
+        r.pop("seconds")
+        r.pop("library_checks")
+        for v in r["per_attack"].values():
+            v.pop("seconds")
+        return r
+    assert strip(again) == strip(record)
+
+
+def test_model_state_and_rng_untouched():
+    model = tiny_cnn()
+    x, y = cnn_data(model, n=3)
+    model.train()
+    rng = torch.random.get_rng_state()
+
+    def tracer(*args):
+        return None
+    previous = sys.gettrace()
+    sys.settrace(tracer)
+    try:
+        evaluate_autoattack(model, x, y, epsilon=0.01, version="custom", settings=CHEAP,
+                            attacks=("apgd-ce", "fab-t"))
+        assert sys.gettrace() is tracer        # pyautoattack's check_dynamic unsets it
+    finally:
+        sys.settrace(previous)
+    assert model.training
+    assert all(p.requires_grad and p.grad is None for p in model.parameters())
+    assert torch.equal(torch.random.get_rng_state(), rng)
+
+
+def test_target_classes_clamped_and_noted():
+    model = tiny_cnn(4)
+    x, y = cnn_data(model, n=2, n_classes=4)
+    r = evaluate_autoattack(model, x, y, epsilon=0.01, version="custom",
+                            settings={**CHEAP, "apgd_t": {"n_target_classes": 9, "n_iter": 2},
+                                      "fab": {"n_target_classes": 9, "n_iter": 2}},
+                            attacks=("apgd-t", "fab-t"))
+    assert r["settings"]["apgd-t"]["n_target_classes"] == 3
+    assert r["settings"]["fab-t"]["n_target_classes"] == 3
+    assert len(r["settings_notes"]) == 2
+
+
+def test_randomized_model_flagged_but_run():
+    class Noisy(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.net = tiny_cnn()
+
+        def forward(self, x):
+            out = self.net(x)
+            return out + 0.01 * torch.randn_like(out)   # random at evaluation, like MID
+
+    model = Noisy()
+    x, y = cnn_data(model.net, n=3)
+    r = evaluate_autoattack(model, x, y, epsilon=0.01, version="custom", settings=CHEAP,
+                            attacks=("apgd-ce",))
+    assert r["randomized_model"] is True
+    assert any("randomized" in m for m in r["library_warnings"])
+    assert len(r["per_attack"]["apgd-ce"]["robust_flags"]) == 3
+    assert len(r["per_attack"]["apgd-ce"]["robust_flags_recheck"]) == 3   # auto for random
+
+
+def test_probability_output_warning_recorded():
+    model = nn.Sequential(tiny_cnn(), nn.Softmax(dim=1))
+    x, y = cnn_data(model[0], n=2)
+    r = evaluate_autoattack(model, x, y, epsilon=0.01, version="custom", settings=CHEAP,
+                            attacks=("apgd-ce",))
+    assert any("probability distribution" in m for m in r["library_warnings"])
+
+
+# ----------------------------------------------------------------------------- sanity
+def test_linear_model_large_eps_all_fooled_standard():
+    x, y = linear_data()
+    r = evaluate_autoattack(GroupLinear(), x, y, epsilon=0.3, version="standard")
+    assert r["clean_accuracy"] == pytest.approx(0.75)
+    assert r["robust_accuracy"] == 0.0
+    for name, res in r["per_attack"].items():
+        assert res["robust_accuracy"] == 0.0, name
+    # standard hyper-parameters exactly as AutoAttack sets them (targets clamped to 3)
+    s = r["settings"]
+    assert (s["apgd-ce"]["n_iter"], s["apgd-ce"]["n_restarts"], s["apgd-ce"]["rho"]) == (
+        100, 1, 0.75)
+    assert (s["apgd-t"]["n_iter"], s["apgd-t"]["n_restarts"],
+            s["apgd-t"]["n_target_classes"]) == (100, 1, 3)
+    assert (s["fab-t"]["n_iter"], s["fab-t"]["n_restarts"], s["fab-t"]["n_target_classes"]) == (
+        100, 1, 3)
+    assert (s["square"]["n_queries"], s["square"]["p_init"]) == (5000, 0.8)
+    assert r["version"] == "standard" and r["settings_notes"]
+
+
+def test_linear_model_tiny_eps_keeps_clean_accuracy():
+    x, y = linear_data()
+    # (custom budget: with nothing to fool, standard Square would spend all 5000 queries)
+    r = evaluate_autoattack(GroupLinear(), x, y, epsilon=1e-8, version="custom",
+                            settings=DEMO_SETTINGS)
+    assert r["clean_accuracy"] == pytest.approx(0.75)
+    assert r["robust_accuracy"] == r["clean_accuracy"]
+    for res in r["per_attack"].values():
+        assert res["robust_accuracy"] == r["clean_accuracy"]
+
+
+def test_standard_settings_without_clamping():
+    # 12 classes: AutoAttack's 9 target classes fit, nothing is clamped
+    x, y = linear_data(n_classes=12, n=2)
+    r = evaluate_autoattack(GroupLinear(12), x, y, epsilon=0.3, attacks=("apgd-t", "fab-t"))
+    assert r["settings"]["apgd-t"]["n_target_classes"] == 9
+    assert r["settings"]["fab-t"]["n_target_classes"] == 9
+    assert r["settings_notes"] == []
+    assert r["robust_accuracy"] == 0.0
