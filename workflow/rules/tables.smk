@@ -1,6 +1,16 @@
 # Stage 5: paper tables (CSV + Markdown + LaTeX) and figures, from results/summary.csv only.
 
 
+def table_targets():
+    targets = ["results/summary.csv", "results/figures/robust_accuracy_vs_eps.png"]
+    if table4_architecture():
+        targets += expand("results/tables/table4.{ext}", ext=["csv", "md", "tex"])
+    return targets
+
+
+TARGET_FUNCTIONS.append(table_targets)
+
+
 rule table4:
     input:
         summary="results/summary.csv",
