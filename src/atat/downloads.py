@@ -39,14 +39,23 @@ def verify(path: str | Path, *, sha256: str | None = None, sha256_prefix: str | 
     return digest
 
 
+class OfflineMissingFileError(FileNotFoundError):
+    """Offline mode and a required file is not in place."""
+
+
 def fetch(url: str, dest: str | Path, *, sha256: str | None = None,
-          sha256_prefix: str | None = None, size: int | None = None) -> Path:
-    """Download ``url`` to ``dest`` unless it is already there; verify either way."""
+          sha256_prefix: str | None = None, size: int | None = None,
+          offline: bool = False) -> Path:
+    """Download ``url`` to ``dest`` unless it is already there; verify either way. With
+    ``offline`` the network is never used: a missing file is an error naming where to put it."""
     dest = Path(dest)
     if dest.exists():
         verify(dest, sha256=sha256, sha256_prefix=sha256_prefix, size=size)
         log.info("using %s already in place", dest)
         return dest
+    if offline:
+        raise OfflineMissingFileError(f"offline mode: {dest} is missing; download {url} on a "
+                                      f"machine with internet and place it at {dest}")
     from torch.hub import download_url_to_file
 
     dest.parent.mkdir(parents=True, exist_ok=True)

@@ -32,6 +32,7 @@ rule torchvision_weights:
         filename=_alt(re.escape(f) for f in torchvision_weight_urls()),
     params:
         url=lambda wc: torchvision_weight_urls()[wc.filename],
+        offline=config.get("offline", False),
     log:
         "logs/data/torchvision_weights_{filename}.log",
     benchmark:
