@@ -11,12 +11,17 @@ min_version("9.0")
 configfile: f"{workflow.basedir}/config/config.yaml"
 
 
+report: "workflow/report/workflow.rst"
+
+
 include: "workflow/rules/common.smk"
 include: "workflow/rules/data.smk"
 include: "workflow/rules/train.smk"
 include: "workflow/rules/robustness.smk"
+include: "workflow/rules/hsic.smk"
 include: "workflow/rules/summary.smk"
 include: "workflow/rules/tables.smk"
+include: "workflow/rules/stats.smk"
 
 
 rule all:

@@ -34,7 +34,7 @@ def test_paper_grid_has_every_cell_of_tables_23_to_26():
     assert ("facescrub", "densenet169", "rolss") not in cells     # RoLSS cannot load into DenseNet
     assert ("celeba", "resnet18", "tldmi5") in cells and ("celeba", "resnet152", "tldmi5") not in cells
     main = [r for r in runs if r.replicate is None]
-    assert len(main) == 2 * 3 * 8 + 2 * 2 * 2 + 2 + 2 * 9 + 2 * 2 + 2 + 1
+    assert len(main) == 2 * 3 * 8 + 2 * 2 * 2 + 2 + 2 * 9 + 2 * 2 + 2 + 2 * 3 + 1
 
 
 def test_causal_replicates_are_balanced_and_reproducible():

@@ -97,6 +97,11 @@ def _check_semantics(config: Mapping[str, Any]) -> None:
                 variant, f"defenses.{name}")
         except DefenseConfigError as exc:
             raise ConfigError(f"invalid configuration: {exc}") from None
+    for name, variant in config["defenses"].items():
+        prior = variant.get("prior")
+        if prior is not None and config["defenses"].get(prior, {}).get("type") != variant["type"]:
+            raise ConfigError(f"invalid configuration: defenses.{name}.prior: '{prior}' must name "
+                              f"a defined '{variant['type']}' variant (the previous stage)")
     for i, cell in enumerate(config["grid"]):
         for key, pool, pool_name in (("datasets", datasets, "datasets"),
                                      ("architectures", config["architectures"], "architectures"),

@@ -25,6 +25,7 @@ from typing import Any, Mapping
 import numpy as np
 import torch
 import torchvision
+import torchvision.transforms as T
 from torch import nn
 from tqdm import tqdm
 
@@ -140,8 +141,12 @@ def train(spec: TrainSpec, *, out_model: str | Path, out_metrics: str | Path,
     scheduler = torch.optim.lr_scheduler.MultiStepLR(optimizer, milestones=list(p["lr_milestones"]),
                                                      gamma=p["lr_gamma"])
     common = dict(resolution=spec.resolution, num_workers=p["num_workers"])
+    aug = defense.train_augmentation(spec.augmentation)
     train_loader = make_loader(spec.dataset_root, "train", batch_size=p["batch_size"], train=True,
-                               aug=dict(spec.augmentation), generator=loader_gen, **common)
+                               aug=aug, generator=loader_gen, **common)
+    pre = defense.pre_transform()
+    if pre is not None:  # e.g. Unseen-Pixels: mask before augmentation
+        train_loader.dataset.transform = T.Compose([pre, train_loader.dataset.transform])
     if p.get("permute_labels_seed") is not None:
         train_loader.dataset.targets = permuted_targets(train_loader.dataset.targets,
                                                         int(p["permute_labels_seed"]))
@@ -241,6 +246,7 @@ def train(spec: TrainSpec, *, out_model: str | Path, out_metrics: str | Path,
     model.load_state_dict(best["model"])
     defense.load_state_dict(best["defense"])
     test = evaluate(model, defense, test_loader, device)
+    extra = defense.final_metrics(model)
     val = {"loss": best["val_loss"], "acc": best["val_acc"]}
     wall = wall_before + time.perf_counter() - t0
     checkpoint = {
@@ -256,11 +262,12 @@ def train(spec: TrainSpec, *, out_model: str | Path, out_metrics: str | Path,
         "test_loss": test["loss"], "test_acc": test["acc"], "test_top5": test["top5"],
         "n_test": test["n"], "train_seconds": wall, "epochs": p["epochs"],
         "training": dict(spec.training), "defense": dict(spec.defense),
-        "augmentation": dict(spec.augmentation), "history": history,
+        "augmentation": aug, "history": history,
         "fingerprint": spec.fingerprint(), "device": str(device), "versions": versions(),
         "pretrained": spec.weights_path is not None,
         "stopped_early": bool(best.get("stopped_early", False)),
         "labels_permuted": p.get("permute_labels_seed") is not None,
+        **extra,
     }
     io.torch_save(checkpoint, out_model)
     io.write_json(out_metrics, metrics)

@@ -62,8 +62,18 @@ def weights_path(wildcards):
     return f"{RES}/weights/torchvision/{weights_filename(wildcards.arch, weights)}"
 
 
+def prior_model(wildcards):
+    """Model file of the previous stage a defense builds on (Unseen-Pixels mask stages)."""
+    prior = config["defenses"][wildcards.defense].get("prior")
+    if not prior:
+        return None
+    return f"results/models/{wildcards.dataset}/{wildcards.arch}/{prior}/seed{wildcards.seed}/model.pt"
+
+
 def train_inputs(wildcards):
     inputs = {"dataset": dataset_dir(wildcards.dataset)}
+    if prior_model(wildcards):
+        inputs["prior_model"] = prior_model(wildcards)
     weights = weights_path(wildcards)
     if weights:
         inputs["weights"] = weights
@@ -79,12 +89,19 @@ def train_spec(wildcards):
         resolution=dataset_resolution(ds),
         n_classes=n_classes(ds),
         architecture=wildcards.arch,
-        defense={k: v for k, v in config["defenses"][wildcards.defense].items() if k != "training"},
+        defense=defense_variant(wildcards),
         training=training_params(config, ds, wildcards.arch, wildcards.defense),
         augmentation=config["augmentation"],
         seed=int(wildcards.seed),
         weights_path=weights_path(wildcards),
     )
+
+
+def defense_variant(wildcards):
+    variant = {k: v for k, v in config["defenses"][wildcards.defense].items() if k != "training"}
+    if prior_model(wildcards):
+        variant["prior_model"] = prior_model(wildcards)
+    return variant
 
 
 def model_dir(run):

@@ -11,6 +11,7 @@ from atat.defenses.mid import MutualInformationDefense
 from atat.defenses.negls import NegativeLabelSmoothing
 from atat.defenses.base import Defense, DefenseConfigError, ModelContext, StepContext
 from atat.defenses.nodef import NoDefense
+from atat.defenses.pixel_mask import PixelMaskDefense
 from atat.defenses.rolss import RemoveLastStageSkip, RoLSSScaledSkip
 from atat.defenses.tldmi import TransferLearningDefense
 from atat.defenses.trap_mid import TrapMID
@@ -19,7 +20,7 @@ REGISTRY: dict[str, type[Defense]] = {
     cls.type_name: cls for cls in (NoDefense, AntiAdversarialTraining, MutualInformationDefense,
                                    BiDO, NegativeLabelSmoothing, TransferLearningDefense,
                                    RemoveLastStageSkip, RoLSSScaledSkip, AdversarialTraining,
-                                   TrapMID)
+                                   TrapMID, PixelMaskDefense)
 }
 
 

@@ -98,6 +98,21 @@ class Defense:
     def trainable_parameters(self, model: nn.Module) -> list[nn.Parameter]:
         return [p for p in model.parameters() if p.requires_grad]
 
+    # ---------------------------------------------------------------- data
+    def train_augmentation(self, aug: Mapping[str, Any] | None) -> dict[str, Any]:
+        """The training augmentation this defense trains with (default: the config's)."""
+        from atat.data.loading import resolve_aug
+
+        return resolve_aug(aug)
+
+    def pre_transform(self) -> Callable[[Any], Any] | None:
+        """A transform applied to training images before augmentation (Unseen-Pixels)."""
+        return None
+
+    def final_metrics(self, model: nn.Module) -> dict[str, Any]:
+        """Extra numbers for the metrics file of the kept model."""
+        return {}
+
     # ---------------------------------------------------------------- loss and step
     def on_epoch_start(self, epoch: int, model: nn.Module) -> None:
         """Hook for schedules (e.g. NegLS)."""

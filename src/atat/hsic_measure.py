@@ -1,0 +1,258 @@
+"""HSIC measurement of a trained model (paper §3 Table 1, App. D Tables 8/9; spec §4) and the
+HSIC tables built from it.
+
+Procedure (spec §4, REPO ``utils/bido_metrics.py``):
+
+* loader: the **train** split by default, with the training augmentation, shuffled,
+  ``drop_last`` (the loader the model was trained on; batch size = the training batch size);
+  other splits use the evaluation transform, unshuffled, also ``drop_last`` (a batch of one
+  sample has no HSIC);
+* model in eval mode (REPO: eval mode because the accuracy evaluation runs first), no gradient;
+* layers: the four stage outputs of :meth:`atat.models.Classifier.forward_hidden` (ResNet
+  layer1-4, DenseNet denseblock1-4; pixel-mask models apply their mask first);
+* per batch and layer: HSIC(X, Z_l) = nHSIC(Z_l, X) and HSIC(Y, Z_l) = nHSIC(Z_l, one-hot Y)
+  with the one estimator of :mod:`atat.hsic` (Gaussian σ=5 on Z and X, ``yz_ktype`` (linear)
+  on Y), X = the normalised input batch as fed to the model, flattened; each value rounded to
+  5 decimals (as REPO); reported per layer: the mean over batches of the rounded values; the
+  raw per-batch values are kept in the output.
+
+Deviation: the REPO measures DenseNet stage outputs only for BiDO models (other DenseNets: the
+final pooled vector only, spec §4); here every ResNet and DenseNet gets its four stages, so
+rows of one table are comparable. The paper's HSIC tables are ResNet tables.
+
+Tiny datasets: when the split holds fewer samples than one batch (test configs), the whole
+split is one batch; ``batch_size_used`` records it (HSIC values depend on the batch size).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+import pandas as pd
+import torch
+from torch import Tensor, nn
+
+from atat import io
+from atat.data.loading import make_loader
+from atat.hsic import (EPS, SIGMA, nhsic_from_normalized, normalized_kernel, one_hot)
+
+log = logging.getLogger(__name__)
+
+DECIMALS = 5
+
+__all__ = ["DECIMALS", "HSIC_TABLES", "batch_hsic", "hsic_table", "measure_hsic",
+           "measure_hsic_loader"]
+
+
+def batch_hsic(model: nn.Module, x: Tensor, y: Tensor, n_classes: int, *,
+               yz_ktype: str = "linear") -> tuple[list[float], list[float], Tensor]:
+    """Unrounded (HSIC(X, Z_l) per layer, HSIC(Y, Z_l) per layer, logits) of one batch.
+
+    Identical to calling :func:`atat.hsic.hsic_xz` / :func:`atat.hsic.hsic_yz` per layer; the
+    normalised kernels of X and Y are computed once per batch instead of once per layer."""
+    with torch.no_grad():
+        logits, hidden = model.forward_hidden(x)
+        r_x = normalized_kernel(x, "gaussian")
+        r_y = normalized_kernel(one_hot(y, n_classes), yz_ktype)
+        xz, yz = [], []
+        for z in hidden:
+            r_z = normalized_kernel(z, "gaussian")
+            xz.append(float(nhsic_from_normalized(r_z, r_x)))
+            yz.append(float(nhsic_from_normalized(r_z, r_y)))
+    return xz, yz, logits
+
+
+def _layer_names(model: nn.Module, n: int) -> list[str]:
+    names = model.stage_names() if hasattr(model, "stage_names") else []
+    return list(names) if len(names) == n else [f"z{i + 1}" for i in range(n)]
+
+
+def measure_hsic_loader(model: nn.Module, loader: Any, n_classes: int, device: torch.device, *,
+                        n_batches: int | None = None, yz_ktype: str = "linear",
+                        progress: bool = False) -> dict[str, Any]:
+    """Run the spec §4 measurement over ``loader``; returns layers, per-layer means and the
+    rounded raw per-batch values."""
+    model.eval()
+    raw_xz: list[list[float]] = []
+    raw_yz: list[list[float]] = []
+    correct = total = 0
+    layers: list[str] | None = None
+    it = loader
+    if progress:
+        from tqdm import tqdm
+        it = tqdm(loader, desc="HSIC", leave=False, dynamic_ncols=True)
+    for b, (x, y) in enumerate(it):
+        if n_batches is not None and b >= n_batches:
+            break
+        x, y = x.to(device), y.to(device)
+        xz, yz, logits = batch_hsic(model, x, y, n_classes, yz_ktype=yz_ktype)
+        if layers is None:
+            layers = _layer_names(model, len(xz))
+        raw_xz.append([round(v, DECIMALS) for v in xz])
+        raw_yz.append([round(v, DECIMALS) for v in yz])
+        correct += int((logits.argmax(1) == y).sum())
+        total += len(y)
+    if not raw_xz:
+        raise ValueError("HSIC measurement saw no batch (empty split, or drop_last with fewer "
+                         "samples than one batch)")
+    assert layers is not None
+    for vals in raw_xz + raw_yz:
+        if not all(math.isfinite(v) for v in vals):
+            raise FloatingPointError(f"non-finite HSIC value in {vals}")
+    out: dict[str, Any] = {"layers": layers, "n_batches": len(raw_xz), "n_samples": total,
+                           "accuracy": correct / total, "hsic_xz": {}, "hsic_yz": {},
+                           "raw": {"hsic_xz": {}, "hsic_yz": {}}}
+    for i, name in enumerate(layers):
+        col_xz = [row[i] for row in raw_xz]
+        col_yz = [row[i] for row in raw_yz]
+        out["raw"]["hsic_xz"][name] = col_xz
+        out["raw"]["hsic_yz"][name] = col_yz
+        out["hsic_xz"][name] = float(np.mean(col_xz))
+        out["hsic_yz"][name] = float(np.mean(col_yz))
+    return out
+
+
+def measure_hsic(model_path: str | Path, dataset_root: str | Path, resolution: int, *,
+                 split: str = "train", batch_size: int = 128, n_batches: int | None = None,
+                 device: str | torch.device = "cpu", aug: Mapping[str, Any] | None = None,
+                 seed: int = 0, yz_ktype: str = "linear", num_workers: int = 0,
+                 out_path: str | Path | None = None, meta: Mapping[str, Any] | None = None,
+                 progress: bool = False) -> dict[str, Any]:
+    """HSIC(X, Z_l) and HSIC(Y, Z_l) of a model checkpoint of :func:`atat.train.train`
+    (spec §4). ``aug``: the training augmentation (train split only; ``None`` = the spec §1.3
+    default); ``seed`` seeds loader order and augmentation; ``n_batches`` caps the number of
+    batches (``None`` = all). Writes JSON to ``out_path`` when given and returns the dict."""
+    from atat.train import load_model
+
+    device = torch.device(device)
+    t0 = time.perf_counter()
+    model, _, ckpt = load_model(model_path, device)
+    n_classes = int(ckpt["n_classes"])
+    torch.manual_seed(seed)  # augmentation draws from the global generator
+    train = split == "train"
+    probe = make_loader(dataset_root, split, resolution=resolution, batch_size=1, train=False)
+    n_split = len(probe.dataset)
+    bs = min(int(batch_size), n_split)
+    if bs < batch_size:
+        log.warning("split '%s' has %d samples < batch size %d: measuring on one batch of %d",
+                    split, n_split, batch_size, bs)
+    loader = make_loader(dataset_root, split, resolution=resolution, batch_size=bs, train=train,
+                         aug=dict(aug) if (train and aug is not None) else None,
+                         shuffle=train, drop_last=True, num_workers=num_workers,
+                         generator=torch.Generator().manual_seed(seed))
+    res = measure_hsic_loader(model, loader, n_classes, device, n_batches=n_batches,
+                              yz_ktype=yz_ktype, progress=progress)
+    result = {
+        **dict(meta or {}),
+        "model_id": ckpt.get("model_id"), "architecture": ckpt.get("architecture"),
+        "defense": ckpt.get("defense"), "split": split, "augmented": train,
+        "shuffled": train, "drop_last": True, "batch_size": int(batch_size),
+        "batch_size_used": bs, "n_batches_requested": n_batches, "seed": seed,
+        "model_mode": "eval",
+        "estimator": {"name": "normalised-CCA HSIC (atat.hsic)", "sigma": SIGMA, "eps": EPS,
+                      "yz_ktype": yz_ktype, "dtype": "float32", "decimals": DECIMALS},
+        **res,
+        "device": str(device), "seconds": time.perf_counter() - t0,
+    }
+    if out_path is not None:
+        io.write_json(out_path, result)
+    return result
+
+
+# ------------------------------------------------------------------------------ tables
+HSIC_LABELS = {"nodef": "NoDef", "atat": "AT-AT", "mid": "MID", "bido": "BiDO",
+               "bido_lx1e3": "BiDO(.001,0)", "bido_lx1e4": "BiDO(.0001,0)", "tldmi": "TL-DMI",
+               "tldmi5": "TL-DMI-5", "negls": "NegLS", "rolss": "RoLSS",
+               "rolss_ssf": "RoLSS-SSF", "trap_mid": "Trap-MID", "trap_mid_star": "Trap-MID*",
+               "at": "AT", "permuted": "Permuted labels", "unseen_pixels": "Unseen-Pixels"}
+ARCH_LABELS = {"resnet18": "ResNet-18", "resnet152": "ResNet-152", "densenet169": "DenseNet-169"}
+
+# Which models and columns each paper table holds (paper §3 Table 1, App. D Tables 8/9; the
+# captions of Tables 1/9 are in paper.md, Table 8's is not: see hsic.smk).
+HSIC_TABLES: dict[str, dict[str, Any]] = {
+    "table1": {"yz": False, "labels": {"bido_lx1e3": "BiDO**"},
+               "caption": "Table 1: HSIC(X,Zj) for defenses on {cells}."},
+    "table8": {"yz": True, "labels": {},
+               "caption": "Table 8: HSIC(X,Zj) and HSIC(Y,Zj) of NoDef vs. BiDO with "
+                          "(lambda x, lambda y) = (0.05, 0.5) on {cells}."},
+    "table9": {"yz": False, "labels": {},
+               "caption": "Table 9: HSIC(X,Zj) for different BiDO hyperparameter variations, "
+                          "with comparisons to NoDef, MID, and TL-DMI ({cells})."},
+}
+
+
+def hsic_table(hsic_files: Sequence[str | Path], summary_csv: str | Path | None,
+               outputs: Sequence[str | Path], *, table: str,
+               cells_text: str | None = None, note: str | None = None) -> pd.DataFrame:
+    """One HSIC table (CSV/Markdown/LaTeX) from per-model HSIC JSONs of :func:`measure_hsic`
+    (which carry ``dataset``, ``architecture``, ``defense_name``, ``seed`` from the rule) and
+    results/summary.csv (test accuracy; PPA AttAcc@1 only if the summary has it - it is never
+    invented). Rows keep the order of ``hsic_files``; several seeds of a cell are averaged."""
+    from atat.tables import DATASET_LABELS, write_table
+
+    if table not in HSIC_TABLES:
+        raise ValueError(f"unknown HSIC table '{table}' (known: {sorted(HSIC_TABLES)})")
+    spec = HSIC_TABLES[table]
+    recs = []
+    splits: set[str] = set()
+    for path in hsic_files:
+        r = io.read_json(path)
+        for key in ("dataset", "architecture", "defense_name", "seed"):
+            if key not in r:
+                raise ValueError(f"{path}: HSIC file lacks '{key}' (written without meta?)")
+        row: dict[str, Any] = {"dataset": r["dataset"], "architecture": r["architecture"],
+                               "defense": r["defense_name"], "seed": int(r["seed"])}
+        for j, layer in enumerate(r["layers"], 1):
+            row[f"HSIC(X,Z{j})"] = r["hsic_xz"][layer]
+            if spec["yz"]:
+                row[f"HSIC(Y,Z{j})"] = r["hsic_yz"][layer]
+        row["n_batches"] = r["n_batches"]
+        splits.add("augmented, shuffled train" if r.get("augmented", True)
+                   else str(r.get("split")))
+        recs.append(row)
+    if not recs:
+        raise ValueError(f"{table}: no HSIC files")
+    df = pd.DataFrame(recs)
+    keys = ["dataset", "architecture", "defense", "seed"]
+    has_ppa = False
+    if summary_csv is not None:
+        summary = pd.read_csv(summary_csv)
+        extra = ["test_acc"] + (["ppa_attacc1"] if "ppa_attacc1" in summary.columns else [])
+        has_ppa = "ppa_attacc1" in extra
+        summary = summary[keys + extra]
+        df = df.merge(summary, on=keys, how="left", validate="one_to_one")
+    value_cols = [c for c in df.columns if c not in keys]
+    grouped = (df.groupby(["dataset", "architecture", "defense"], sort=False)[value_cols]
+               .mean(numeric_only=True).reset_index())
+    n_seeds = int(df.groupby(["dataset", "architecture", "defense"]).size().max())
+    labels = {**HSIC_LABELS, **spec["labels"]}
+    out = pd.DataFrame({
+        "Dataset": grouped["dataset"].map(lambda d: DATASET_LABELS.get(d, d)),
+        "Architecture": grouped["architecture"].map(lambda a: ARCH_LABELS.get(a, a)),
+        "Defense": grouped["defense"].map(lambda d: labels.get(d, d)),
+    })
+    for c in [c for c in grouped.columns if c.startswith("HSIC")]:
+        out[c] = grouped[c]
+    if "test_acc" in grouped.columns:
+        out["Test acc."] = grouped["test_acc"]
+    if has_ppa:
+        out["PPA AttAcc@1"] = grouped["ppa_attacc1"]
+    cells = cells_text or ", ".join(sorted({f"{DATASET_LABELS.get(d, d)} "
+                                            f"({ARCH_LABELS.get(a, a)})" for d, a in
+                                            zip(grouped["dataset"], grouped["architecture"])}))
+    caption = spec["caption"].format(cells=cells)
+    caption += (f" Mean over the {' / '.join(sorted(splits))} batches (spec 4) and over {n_seeds} "
+                f"seed(s); Zj = output of stage j.")
+    if has_ppa:
+        caption += " PPA AttAcc@1 measures reconstruction."
+    else:
+        caption += " PPA AttAcc@1 is not in the summary (model inversion not run)."
+    if note:
+        caption += " " + note
+    write_table(out, outputs, caption)
+    return out
