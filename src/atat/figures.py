@@ -44,3 +44,96 @@ def robust_accuracy_vs_epsilon(summary_csv: str | Path, out_png: str | Path, *,
     with io.atomic_path(out_png) as tmp:
         fig.savefig(tmp, format="png", dpi=120)
     plt.close(fig)
+
+
+def _save(fig, out_png: str | Path) -> None:
+    fig.tight_layout()
+    with io.atomic_path(out_png) as tmp:
+        fig.savefig(tmp, format="png", dpi=120)
+    plt.close(fig)
+
+
+def observed_vs_predicted(summary: pd.DataFrame, spec: dict, out_png: str | Path) -> dict:
+    """Figure 2: observed leakage against the leakage predicted by one regression spec
+    (normally Table 5's joint OLS, T15_ppa_generic_joint_ols), one point per model coloured
+    by defense, with the 45-degree line; R2 and MAE in the title. Raises
+    :class:`atat.stats.regression.SpecSkipped` if the spec cannot be fitted."""
+    from atat.stats.regression import fit_spec
+
+    fit = fit_spec(summary, spec)
+    data = fit["data"]
+    res = fit["result"]
+    if fit["spec"]["family"] == "ols":
+        pred = res.fittedvalues
+    else:
+        from atat.stats.regression import build_design
+
+        X, _ = build_design(data, fit["spec"])
+        pred = res.model.predict(res.params, exog=X, which="mean")
+    pred = pd.Series(pred.to_numpy() if hasattr(pred, "to_numpy") else pred, index=data.index)
+    y = data[fit["spec"]["response"]]
+    fig, ax = plt.subplots(figsize=(4.6, 4.2))
+    for defense, idx in data.groupby("defense", sort=True).groups.items():
+        ax.scatter(pred.loc[idx], y.loc[idx], label=DEFENSE_LABELS.get(defense, defense), s=36)
+    lo = float(min(pred.min(), y.min(), 0.0))
+    hi = float(max(pred.max(), y.max(), 1.0))
+    ax.plot([lo, hi], [lo, hi], color="grey", lw=1, ls="--", label="observed = predicted")
+    st = fit["stats"]
+    r2 = st.get("r2", st.get("pseudo_r2"))
+    ax.set_xlabel(f"predicted {fit['spec']['response']} ({fit['spec']['family'].upper()})")
+    ax.set_ylabel(f"observed {fit['spec']['response']}")
+    ax.set_title(f"{fit['spec']['name']}\nR2={r2:.3f}  MAE={st['mae']:.3f}  n={st['n']}",
+                 fontsize=8)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    _save(fig, out_png)
+    return {"n": int(st["n"]), "r2": float(r2), "mae": float(st["mae"])}
+
+
+#: Figure 4 privacy metrics: column suffix -> axis label, and whether lower = more private.
+PRIVACY_METRICS = {"attacc1": ("AttAcc@1", True), "attacc5": ("AttAcc@5", True),
+                   "evalconf": ("EvalConf", True), "dist_face": ("delta_face (L2)", False),
+                   "dist_eval": ("delta_eval (L2)", False)}
+
+
+def accuracy_vs_privacy(summary: pd.DataFrame, out_png: str | Path, *,
+                        attacks: Sequence[str] = ("ppa", "ifgmi", "ppdg"),
+                        metrics: Sequence[str] = ("attacc1",),
+                        architecture: str | None = "resnet152") -> int:
+    """Figure 4: clean test accuracy (x) against each privacy metric (y) for every defense,
+    one panel per (attack x metric) row and dataset column; AT-AT in red and larger. Only
+    attack/metric columns present in ``summary`` are drawn; returns the number of panels
+    (raises if there is none)."""
+    df = summary
+    if "treatment" in df.columns:
+        df = df[df["treatment"].isna()]
+    if architecture is not None:
+        df = df[df["architecture"] == architecture]
+    rows = [(a, m) for a in attacks for m in metrics if f"{a}_{m}" in df.columns
+            and df[f"{a}_{m}"].notna().any()]
+    datasets = sorted(df["dataset"].unique())
+    if not rows or not datasets:
+        raise ValueError("no inversion metric columns in the summary: nothing to plot")
+    fig, axes = plt.subplots(len(rows), len(datasets), squeeze=False,
+                             figsize=(4.0 * len(datasets), 3.3 * len(rows)))
+    for i, (attack, metric) in enumerate(rows):
+        col = f"{attack}_{metric}"
+        label, lower_private = PRIVACY_METRICS.get(metric, (metric, True))
+        for j, dataset in enumerate(datasets):
+            ax = axes[i][j]
+            part = df[df["dataset"] == dataset].groupby(["defense", "defense_type"],
+                                                          as_index=False)[["test_acc", col]].mean()
+            for r in part.itertuples(index=False):
+                atat = r.defense_type == "atat"
+                ax.scatter(r.test_acc, getattr(r, col), s=90 if atat else 40,
+                           color="tab:red" if atat else "tab:blue", zorder=3 if atat else 2,
+                           edgecolor="black" if atat else "none")
+                ax.annotate(DEFENSE_LABELS.get(r.defense, r.defense), (r.test_acc, getattr(r, col)),
+                            fontsize=7, xytext=(3, 3), textcoords="offset points")
+            ax.set_xlabel("clean test accuracy")
+            ax.set_ylabel(f"{attack.upper()} {label} ({'lower' if lower_private else 'higher'}"
+                          " = more private)", fontsize=8)
+            ax.set_title(f"{dataset}" + (f" / {architecture}" if architecture else ""), fontsize=9)
+            ax.grid(alpha=0.3)
+    _save(fig, out_png)
+    return len(rows) * len(datasets)

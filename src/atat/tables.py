@@ -76,3 +76,365 @@ def table4(summary_csv: str | Path, outputs: Sequence[str | Path], *, architectu
         caption += " PPA AttAcc@1 is not in the summary yet (model inversion not run)."
     write_table(table, outputs, caption)
     return table
+
+
+# --------------------------------------------------------------------------- Tables 11-14
+
+#: Paper App. F.4: one AutoAttack table per epsilon.
+ROBUSTNESS_TABLES = {0.031: 11, 0.0025: 12, 0.0005: 13, 1e-05: 14}
+ATTACK_LABELS = {"apgd-ce": "APGD-CE", "apgd-t": "APGD-T", "fab-t": "FAB-T", "square": "Square"}
+ARCH_LABELS = {"resnet152": "ResNet-152", "resnet18": "ResNet-18", "densenet169": "DenseNet-169"}
+
+
+def robustness_table_number(eps: float) -> int | None:
+    """Paper table number (11-14) of the AutoAttack table at ``eps``; None if not in the paper."""
+    for e, n in ROBUSTNESS_TABLES.items():
+        if abs(float(eps) - e) <= 1e-12 * max(1.0, e):
+            return n
+    return None
+
+
+def _label(mapping: dict, key: object) -> str:
+    return mapping.get(key, str(key))
+
+
+def robustness_table(summary_csv: str | Path, outputs: Sequence[str | Path], *,
+                     eps: float) -> pd.DataFrame:
+    """Tables 11-14: AutoAttack robust accuracy at ``eps`` per dataset x architecture x
+    defense, overall (worst case over the attacks) and per constituent attack, with the
+    clean accuracy on the attacked examples and their number. Rows of the causal experiment
+    (non-null ``treatment``) are left out (they belong to App. H); several seeds of a cell are
+    averaged and counted in column ``Seeds``."""
+    number = robustness_table_number(eps)
+    if number is None:
+        raise ValueError(f"epsilon {eps:g} has no robustness table in the paper (Tables 11-14)")
+    df = pd.read_csv(summary_csv)
+    if "treatment" in df.columns:
+        df = df[df["treatment"].isna()]
+    worst = robust_column(eps)
+    if worst not in df.columns:
+        raise ValueError(f"summary lacks column {worst}: AutoAttack at eps={eps:g} has not run")
+    if df.empty:
+        raise ValueError("summary has no (non-causal) models")
+    cols = {f"aa_clean_acc_eps{format(float(eps), 'g')}": "Clean acc. (attacked set)",
+            worst: "Robust acc. (worst case)"}
+    for attack, label in ATTACK_LABELS.items():
+        if robust_column(eps, attack) in df.columns:
+            cols[robust_column(eps, attack)] = label
+    cols = {c: v for c, v in cols.items() if c in df.columns}
+    n_col = f"aa_n_examples_eps{format(float(eps), 'g')}"
+    keys = ["dataset", "architecture", "defense"]
+    grouped = df.groupby(keys, sort=False)
+    table = grouped[list(cols)].mean().reset_index()
+    table["Seeds"] = grouped.size().to_numpy()
+    if n_col in df.columns:
+        table["Examples"] = grouped[n_col].min().astype(int).to_numpy()
+    table["dataset"] = table["dataset"].map(lambda d: _label(DATASET_LABELS, d))
+    table["architecture"] = table["architecture"].map(lambda a: _label(ARCH_LABELS, a))
+    table["defense"] = table["defense"].map(lambda d: _label(DEFENSE_LABELS, d))
+    table = table.rename(columns={"dataset": "Dataset", "architecture": "Architecture",
+                                  "defense": "Defense", **cols})
+    n_ex = sorted(set(df[n_col].dropna().astype(int))) if n_col in df.columns else []
+    examples = (f"{n_ex[0]} validation set examples" if len(n_ex) == 1
+                else f"{'/'.join(map(str, n_ex))} validation set examples")
+    attacks = [ATTACK_LABELS[a] for a in ATTACK_LABELS if robust_column(eps, a) in df.columns]
+    caption = (f"Table {number}: AutoAttack robust accuracies with eps={eps:g} "
+               f"(L-inf, [0,1] pixels). Attack is on {examples}. 'Robust acc.' is the worst "
+               f"case over the attacks run ({', '.join(attacks) or 'none recorded'}); the "
+               "per-attack columns give each attack's own robust accuracy.")
+    write_table(table, outputs, caption)
+    return table
+
+
+# --------------------------------------------------------------------------- Tables 5, 15-20
+
+#: Which regression specs (config/regressions.yaml) go into which paper table.
+REGRESSION_TABLES = {
+    "T5": "Table 5: OLS & Beta leakage (PPA AttAcc@1) regressions +-95% CI. OLS CIs use "
+          "small-sample t(n-k) with HC2 SEs; Beta uses Wald (+-1.96 SE) on the logit scale.",
+    "T15": "Table 15: Linear (OLS) & Beta regressions quantifying the privacy-robustness "
+           "tradeoff for generic information dependency-based privacy defenses. Leakage "
+           "(response) is PPA AttAcc@1.",
+    "T16": "Table 16: Linear (OLS) & Beta regressions for attack gradient suppressor defenses "
+           "(NegLS, RoLSS, RoLSS-SSF). Leakage (response) is PPA AttAcc@1.",
+    "T17": "Table 17: Robustness checks: leakage regressions with Clean Accuracy x Dataset "
+           "(left) or Clean Accuracy x Architecture (right) interaction for generic "
+           "defenses. Leakage (response) is PPA AttAcc@1.",
+    "T18": "Table 18: Linear (OLS) & Beta regressions for generic defenses. Leakage "
+           "(response) is IF-GMI AttAcc@1.",
+    "T19": "Table 19: Linear (OLS) & Beta regressions for attack gradient suppressing "
+           "defenses (NegLS, RoLSS, RoLSS-SSF). Leakage (response) is IF-GMI AttAcc@1.",
+    "T20": "Table 20: Robustness checks with Clean Accuracy x Dataset (left) or Clean "
+           "Accuracy x Architecture (right) interaction for generic defenses. Leakage "
+           "(response) is IF-GMI AttAcc@1.",
+}
+REGRESSION_NOTE = (" SEs in parentheses; OLS MacKinnon & White (HC2) small-sample robust SEs "
+                   "in brackets; 95% interval below (OLS: t(n-k) with HC2; Beta: Wald z). "
+                   "Test accuracy is clean; eps terms are AutoAttack robust accuracies "
+                   "(worst case). Beta coefficients are on the logit scale; Beta R2 is the "
+                   "pseudo R2 of Ferrari & Cribari-Neto. A skipped specification shows its "
+                   "reason instead of numbers.")
+
+
+def _term_label(term: str) -> str:
+    if term == "const":
+        return "Intercept"
+    if term == "test_acc":
+        return "Test acc."
+    if term == "phi":
+        return "phi (precision)"
+    if term.startswith("robust_acc_eps"):
+        return f"Acc eps={term[len('robust_acc_eps'):]}"
+    return term.replace("test_acc", "Test acc.")
+
+
+def regression_specs_for_table(tidy: pd.DataFrame, table: str,
+                               table5_specs: Sequence[str] | None = None) -> list[str]:
+    """Spec names (in file order) shown in ``table``; Table 5 = the joint OLS and joint Beta
+    specs of Table 15 unless ``table5_specs`` names others."""
+    if table == "T5":
+        names = list(table5_specs or ["T15_ppa_generic_joint_ols", "T15_ppa_generic_joint_beta"])
+        missing = [n for n in names if n not in set(tidy["spec"])]
+        if missing:
+            raise ValueError(f"Table 5 specs not in the regression results: {missing}")
+        return names
+    return list(dict.fromkeys(tidy.loc[tidy["table"] == table, "spec"]))
+
+
+def regression_table(tidy: pd.DataFrame, table: str, outputs: Sequence[str | Path], *,
+                     table5_specs: Sequence[str] | None = None,
+                     digits: int = 3) -> pd.DataFrame:
+    """Coefficient table (one column per specification) from the tidy output of
+    :func:`atat.stats.regression.fit_all`: per term ``estimate (SE) [HC2 SE]`` (OLS) or
+    ``estimate (SE)`` (Beta) and the 95% interval, then R2, MAE and n. A skipped spec's
+    column holds ``skipped: <reason>`` -- no number is made up."""
+    if table not in REGRESSION_TABLES:
+        raise ValueError(f"unknown regression table {table!r}")
+    names = regression_specs_for_table(tidy, table, table5_specs)
+    if not names:
+        raise ValueError(f"no specifications of {table} in the regression results")
+    f = f"{{:.{digits}f}}"
+    columns: dict[str, dict[str, str]] = {}
+    order: list[str] = []
+    header: dict[str, str] = {}
+    for name in names:
+        sub = tidy.loc[tidy["spec"] == name]
+        first = sub.iloc[0]
+        ctl = {"none": "", "acc_x_dataset": " x Dataset",
+               "acc_x_architecture": " x Arch."}.get(str(first["controls"]), "")
+        header[name] = f"{str(first['family']).upper()}{ctl} ({first['regressor_set'] or name})"
+        col: dict[str, str] = {}
+        if (sub["status"] != "ok").any():
+            col["Status"] = f"skipped: {first['reason']}"
+            columns[name] = col
+            continue
+        for rec in sub.to_dict("records"):
+            term = _term_label(str(rec["term"]))
+            classical = rec["se_nonrobust"] if rec["family"] == "ols" else rec["se"]
+            cell = f.format(rec["estimate"]) + f" ({f.format(classical)})"
+            if rec["family"] == "ols":
+                cell += f" [{f.format(rec['se_hc2'])}]"
+            col[term] = cell
+            col[f"{term} 95% CI"] = f"[{f.format(rec['ci_low'])}, {f.format(rec['ci_high'])}]"
+            for key in (term, f"{term} 95% CI"):
+                if key not in order:
+                    order.append(key)
+        r2 = first["r2"] if first["family"] == "ols" else first["pseudo_r2"]
+        col["R2"] = "" if pd.isna(r2) else f.format(r2)
+        col["MAE"] = f.format(first["mae"])
+        col["n"] = str(int(first["n"]))
+        col["Status"] = "ok"
+        columns[name] = col
+    stats_rows = ["R2", "MAE", "n"]
+    # phi last among the terms, then fit statistics
+    terms = [o for o in order if not o.startswith("phi")] + [o for o in order if o.startswith("phi")]
+    rows = ["Status"] + [r for r in terms if r not in stats_rows] + stats_rows
+    out = pd.DataFrame({"Term": rows})
+    for name in names:
+        out[header[name] if list(header.values()).count(header[name]) == 1 else name] = [
+            columns[name].get(r, "") for r in rows]
+    skipped = [n for n in names if columns[n]["Status"] != "ok"]
+    caption = REGRESSION_TABLES[table] + REGRESSION_NOTE
+    if skipped:
+        caption += f" Skipped: {len(skipped)} of {len(names)} specifications."
+    write_table(out, outputs, caption)
+    return out
+
+
+def cost_of_privacy_table(tidy: pd.DataFrame, outputs: Sequence[str | Path], *, spec: str,
+                          terms: Sequence[str]) -> pd.DataFrame:
+    """gamma_eps of App. G (pp of robust accuracy per pp of leakage) from the Beta fit
+    ``spec`` of the regression results; a skipped spec gives its reason, not numbers."""
+    from atat.stats.regression import cost_of_privacy_from_table
+
+    df = cost_of_privacy_from_table(tidy, spec, terms)
+    caption = ("Cost of privacy gamma_eps = 1/(beta_eps mu_bar (1 - mu_bar)) from the Beta "
+               f"model {spec} (App. G); interval from the inverted Wald endpoints of beta_eps.")
+    write_table(df, outputs, caption)
+    return df
+
+
+# --------------------------------------------------------------------------- Tables 21-22
+
+def causal_tables(summary_csv: str | Path, table21: Sequence[str | Path],
+                  table22: Sequence[str | Path], *, sample: dict | None = None,
+                  treatment: str = "treatment", beta_responses: Sequence[str] = ("ppa_attacc1",),
+                  ols_responses: Sequence[str] = ("ppa_attacc1", "ppa_dist_face"),
+                  distance_responses: Sequence[str] = ("ppa_dist_face",),
+                  ) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Tables 21 (leakage on AT-AT assignment: OLS with HC2 t interval, Beta with odds
+    ratio and Delta) and 22 (OLS of the L2 reconstruction distance) from the causal rows
+    of the summary (non-null ``treatment``)."""
+    from atat.stats.causal import causal_table
+
+    df = pd.read_csv(summary_csv)
+    if treatment not in df.columns or df[treatment].notna().sum() == 0:
+        raise ValueError("summary has no causal-experiment rows (column 'treatment' empty)")
+    res = causal_table(df, beta_responses=beta_responses, ols_responses=ols_responses,
+                       treatment=treatment, sample=sample)
+
+    def fmt_rows(sub: pd.DataFrame) -> pd.DataFrame:
+        rows = []
+        for r in sub.to_dict("records"):
+            base = {"Response": r["response"], "Model": str(r["model"]).upper()}
+            if r["status"] != "ok":
+                rows.append({**base, "Status": f"skipped: {r['reason']}"})
+                continue
+            row = {**base, "Status": "ok", "n": int(r["n"]),
+                   "Intercept (NoDef)": r["alpha"], "Intercept SE": r["alpha_se"],
+                   "AT-AT (Treatment)": r["tau"], "Treatment SE": r["tau_se"],
+                   "CI low": r["tau_ci_low"], "CI high": r["tau_ci_high"],
+                   "stat": r["tau_stat"], "p": r["tau_p"]}
+            if r["model"] == "ols":
+                row["R2"] = r["r2"]
+            else:
+                row.update({"Odds ratio": r["odds_ratio"], "OR CI low": r["odds_ratio_ci_low"],
+                            "OR CI high": r["odds_ratio_ci_high"], "mu0": r["mu0"],
+                            "mu1": r["mu1"], "Delta": r["delta"], "Delta CI low":
+                            r["delta_ci_low"], "Delta CI high": r["delta_ci_high"],
+                            "pseudo R2": r["pseudo_r2"]})
+            rows.append(row)
+        return pd.DataFrame(rows)
+
+    dist = set(distance_responses)
+    t21 = fmt_rows(res[~res["response"].isin(dist)])
+    t22 = fmt_rows(res[res["response"].isin(dist) & (res["model"] == "ols")])
+    write_table(t21, table21, "Table 21: Causal regressions of leakage (AttAcc@1) on AT-AT "
+                "assignment. OLS 95% CIs use HC2 SEs with t(n-2); Beta uses Wald (+-1.96 SE) "
+                "on the logit scale. Baseline is NoDef; the Treatment coefficient is the "
+                "effect of AT-AT relative to NoDef.")
+    write_table(t22, table22, "Table 22: OLS regression of reconstruction distance (L2) on "
+                "AT-AT assignment. 95% CIs use HC2 SEs with t(n-2). Baseline is NoDef.")
+    return t21, t22
+
+
+# --------------------------------------------------------------------------- Tables 23-28
+
+#: App. I.2/I.3 main-results tables (the paper gives only the captions of 24-26; the
+#: attribution of 23, 27, 28 is our reading: ResNet-152 under PPA, IF-GMI, PPDG).
+MAIN_TABLES = {
+    23: {"architectures": ["resnet152"], "datasets": ["facescrub", "celeba"], "attack": "ppa"},
+    24: {"architectures": ["densenet169"], "datasets": ["facescrub", "celeba"], "attack": "ppa"},
+    25: {"architectures": ["resnet18"], "datasets": ["facescrub", "celeba"], "attack": "ppa"},
+    26: {"architectures": ["resnet152", "resnet18"], "datasets": ["stanford_dogs"],
+         "attack": "ppa"},
+    27: {"architectures": ["resnet152"], "datasets": ["facescrub", "celeba"], "attack": "ifgmi"},
+    28: {"architectures": ["resnet152"], "datasets": ["facescrub", "celeba"], "attack": "ppdg"},
+}
+ATTACK_NAMES = {"ppa": "PPA", "ifgmi": "IF-GMI", "ppdg": "PPDG"}
+PER_IMAGE_COLUMNS = ["dataset", "architecture", "defense", "attack", "class", "correct_top1",
+                     "correct_top5"]
+PER_CLASS_METRICS = {"evalconf": "EvalConf", "dist_face": "delta_face", "dist_eval": "delta_eval"}
+
+
+def main_results(per_image: pd.DataFrame, summary: pd.DataFrame | None = None) -> pd.DataFrame:
+    """Main results with confidence intervals (App. I.3), one row per model cell
+    (dataset, architecture, defense, attack):
+
+    * AttAcc@1 / AttAcc@5: share of correct reconstructions over all attacked images, with
+      the Wilson score 95% interval (per image, n = number of images);
+    * EvalConf, delta_face, delta_eval (where the per-image table has them): per-class means
+      first, then the mean over classes with its Student-t 95% interval (m - 1 df);
+    * clean test accuracy from ``summary`` (mean over seeds) when given.
+
+    ``per_image`` has the columns of :data:`PER_IMAGE_COLUMNS` (correct_* are 0/1) plus any
+    of ``evalconf``, ``dist_face``, ``dist_eval``; several seeds of a cell are pooled.
+    """
+    from atat.stats.intervals import t_interval_mean, wilson_interval
+
+    missing = [c for c in PER_IMAGE_COLUMNS if c not in per_image.columns]
+    if missing:
+        raise ValueError(f"per-image table lacks columns {missing}")
+    keys = ["dataset", "architecture", "defense", "attack"]
+    rows = []
+    for key, g in per_image.groupby(keys, sort=False):
+        row = dict(zip(keys, key))
+        n = len(g)
+        for k in ("1", "5"):
+            c = g[f"correct_top{k}"].astype(int)
+            if not c.isin([0, 1]).all():
+                raise ValueError(f"correct_top{k} must be 0/1")
+            lo, hi = wilson_interval(int(c.sum()), n)
+            row.update({f"attacc{k}": c.sum() / n, f"attacc{k}_ci_low": lo,
+                        f"attacc{k}_ci_high": hi})
+        row["n_images"] = n
+        row["n_classes"] = g["class"].nunique()
+        for m in PER_CLASS_METRICS:
+            if m in g.columns and g[m].notna().any():
+                per_class = g.groupby("class")[m].mean()
+                t = t_interval_mean(per_class)
+                row.update({m: t["mean"], f"{m}_ci_low": t["ci_low"], f"{m}_ci_high": t["ci_high"]})
+        rows.append(row)
+    out = pd.DataFrame(rows)
+    if summary is not None and not out.empty:
+        s = summary
+        if "treatment" in s.columns:
+            s = s[s["treatment"].isna()]
+        acc = s.groupby(["dataset", "architecture", "defense"])["test_acc"].mean().rename("test_acc")
+        out = out.join(acc, on=["dataset", "architecture", "defense"])
+    return out
+
+
+def main_results_table(per_image: pd.DataFrame, summary: pd.DataFrame | None,
+                       outputs: Sequence[str | Path], *, number: int,
+                       digits: int = 3) -> pd.DataFrame:
+    """Table ``number`` (23-28, layout in :data:`MAIN_TABLES`) as formatted
+    ``value [low, high]`` cells. Raises if the inputs have no row for it."""
+    layout = MAIN_TABLES[number]
+    sel = per_image[per_image["architecture"].isin(layout["architectures"])
+                    & per_image["dataset"].isin(layout["datasets"])
+                    & (per_image["attack"] == layout["attack"])]
+    if sel.empty:
+        raise ValueError(f"no per-image results for Table {number} ({layout})")
+    res = main_results(sel, summary)
+    f = f"{{:.{digits}f}}"
+
+    def ci(r: dict, m: str) -> str:
+        if m not in r or pd.isna(r[m]):
+            return ""
+        lo, hi = r.get(f"{m}_ci_low"), r.get(f"{m}_ci_high")
+        band = "" if pd.isna(lo) else f" [{f.format(lo)}, {f.format(hi)}]"
+        return f.format(r[m]) + band
+
+    rows = []
+    for r in res.to_dict("records"):
+        row = {"Dataset": _label(DATASET_LABELS, r["dataset"]),
+               "Architecture": _label(ARCH_LABELS, r["architecture"]),
+               "Defense": _label(DEFENSE_LABELS, r["defense"])}
+        if "test_acc" in r:
+            row["Test acc."] = "" if pd.isna(r["test_acc"]) else f.format(r["test_acc"])
+        row["AttAcc@1"] = ci(r, "attacc1")
+        row["AttAcc@5"] = ci(r, "attacc5")
+        for m, label in PER_CLASS_METRICS.items():
+            if m in r:
+                row[label] = ci(r, m)
+        row["Images"] = int(r["n_images"])
+        row["Classes"] = int(r["n_classes"])
+        rows.append(row)
+    table = pd.DataFrame(rows)
+    archs = ", ".join(_label(ARCH_LABELS, a) for a in layout["architectures"])
+    caption = (f"Table {number}: {ATTACK_NAMES.get(layout['attack'], layout['attack'])} results "
+               f"({archs}) with 95% intervals: AttAcc@1/@5 Wilson score intervals over attacked "
+               "images; EvalConf and distances t intervals over per-class means.")
+    write_table(table, outputs, caption)
+    return table

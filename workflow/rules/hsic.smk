@@ -122,7 +122,14 @@ rule hsic_table:
         hsic=lambda wc: [hsic_file(r) for r in hsic_table_runs(wc.hsic_table)[0]],
         summary="results/summary.csv",
     output:
-        expand("results/tables/{{hsic_table}}.{ext}", ext=["csv", "md", "tex"]),
+        report(
+            "results/tables/{hsic_table}.csv",
+            caption="../report/hsic_table.rst",
+            category="Tables",
+            subcategory="HSIC",
+        ),
+        "results/tables/{hsic_table}.md",
+        "results/tables/{hsic_table}.tex",
     wildcard_constraints:
         hsic_table=_alt(HSIC_TABLES_BUILT),
     params:

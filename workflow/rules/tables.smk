@@ -1,10 +1,23 @@
 # Stage 5: paper tables (CSV + Markdown + LaTeX) and figures, from results/summary.csv only.
 
+from atat.tables import robustness_table_number  # noqa: E402
+
+# Tables 11-14 (App. F.4): one per configured epsilon that the paper tabulates.
+ROBUSTNESS_TABLE_EPS = {
+    str(robustness_table_number(e)): e
+    for e in config["autoattack"]["epsilons"]
+    if robustness_table_number(e) is not None
+}
+
 
 def table_targets():
     targets = ["results/summary.csv", "results/figures/robust_accuracy_vs_eps.png"]
     if table4_architecture():
         targets += expand("results/tables/table4.{ext}", ext=["csv", "md", "tex"])
+    targets += expand(
+        "results/tables/table{n}.{ext}", n=sorted(ROBUSTNESS_TABLE_EPS, key=int),
+        ext=["csv", "md", "tex"],
+    )
     return targets
 
 
@@ -15,7 +28,15 @@ rule table4:
     input:
         summary="results/summary.csv",
     output:
-        expand("results/tables/table4.{ext}", ext=["csv", "md", "tex"]),
+        report(
+            "results/tables/table4.csv",
+            caption="../report/table4.rst",
+            category="Tables",
+            subcategory="Main text",
+            labels={"table": "4"},
+        ),
+        "results/tables/table4.md",
+        "results/tables/table4.tex",
     params:
         architecture=table4_architecture(),
         epsilons=config["autoattack"]["epsilons"],
@@ -33,11 +54,47 @@ rule table4:
         "../scripts/table4.py"
 
 
+rule robustness_table:
+    input:
+        summary="results/summary.csv",
+    output:
+        report(
+            "results/tables/table{robtable}.csv",
+            caption="../report/robustness_table.rst",
+            category="Tables",
+            subcategory="App. F.4 AutoAttack",
+            labels={"table": "{robtable}"},
+        ),
+        "results/tables/table{robtable}.md",
+        "results/tables/table{robtable}.tex",
+    wildcard_constraints:
+        robtable=_alt(ROBUSTNESS_TABLE_EPS),
+    params:
+        eps=lambda wc: ROBUSTNESS_TABLE_EPS[wc.robtable],
+    log:
+        "logs/tables/table{robtable}.log",
+    benchmark:
+        "benchmarks/tables/table{robtable}.tsv"
+    threads: 1
+    resources:
+        mem_mb=1000,
+        runtime=10,
+    conda:
+        "../../envs/stats.yaml"
+    script:
+        "../scripts/robustness_table.py"
+
+
 rule figure_robustness:
     input:
         summary="results/summary.csv",
     output:
-        "results/figures/robust_accuracy_vs_eps.png",
+        report(
+            "results/figures/robust_accuracy_vs_eps.png",
+            caption="../report/figure_robustness.rst",
+            category="Figures",
+            labels={"figure": "robust accuracy vs eps"},
+        ),
     params:
         epsilons=config["autoattack"]["epsilons"],
     log:

@@ -1,0 +1,338 @@
+"""Tables 11-28, cost of privacy, Figures 2 and 4, and the target logic, on simulated
+summaries (the real inversion columns do not exist yet)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import pandas as pd
+import pytest
+import yaml
+from scipy import stats as sps
+from statsmodels.stats.proportion import proportion_confint
+
+from atat import tables
+from atat.figures import accuracy_vs_privacy, observed_vs_predicted
+from atat.report import stats_targets
+from atat.stats.regression import fit_all, load_specs
+
+ROOT = Path(__file__).resolve().parents[1]
+EPS = [0.031, 0.0025, 0.0005, 1e-05]
+ATTACKS = ["apgd-ce", "apgd-t", "fab-t", "square"]
+
+
+def _eps(e):
+    return format(e, "g")
+
+
+def simulated_summary(seed: int = 0, causal: bool = True) -> pd.DataFrame:
+    """Paper-shaped summary: generic (n = 18) and gradient samples, leakage driven by robust
+    accuracy, plus 10 causal rows (5 treated)."""
+    rng = np.random.default_rng(seed)
+    rows = []
+    cells = []
+    for ds in ("facescrub", "celeba"):
+        for arch in ("resnet152", "resnet18"):
+            for d in ("nodef", "mid", "bido", "tldmi", "negls", "rolss", "rolss_ssf", "atat"):
+                cells.append((ds, arch, d, d))
+            if arch == "resnet18":
+                cells.append((ds, arch, "tldmi5", "tldmi"))
+    for ds, arch, d, dtype in cells:
+        r = {"dataset": ds, "architecture": arch, "defense": d, "defense_type": dtype,
+             "seed": 0, "replicate": np.nan, "treatment": np.nan,
+             "test_acc": rng.uniform(0.6, 0.95)}
+        for e in EPS:
+            base = 0.0 if e == 0.031 else rng.uniform(0.05, 0.9)
+            per = {a: min(1.0, base + rng.uniform(0, 0.1)) for a in ATTACKS}
+            if e == 0.031:
+                per = {a: 0.0 for a in ATTACKS}
+            r[f"robust_acc_eps{_eps(e)}"] = min(per.values())
+            for a in ATTACKS:
+                r[f"robust_acc_eps{_eps(e)}_{a}"] = per[a]
+            r[f"aa_clean_acc_eps{_eps(e)}"] = r["test_acc"]
+            r[f"aa_n_examples_eps{_eps(e)}"] = 1024
+        lin = (-1.5 + 2.0 * r["robust_acc_eps0.0025"] + 1.0 * r["robust_acc_eps0.0005"]
+               + 1.5 * r["robust_acc_eps1e-05"] + 0.3 * r["test_acc"])
+        for att in ("ppa", "ifgmi", "ppdg"):
+            r[f"{att}_attacc1"] = float(np.clip(1 / (1 + np.exp(-lin)) + rng.normal(0, 0.03),
+                                                0.01, 0.99))
+            r[f"{att}_attacc5"] = min(0.999, r[f"{att}_attacc1"] + 0.05)
+            r[f"{att}_dist_face"] = 1.2 - 0.5 * r[f"{att}_attacc1"]
+        rows.append(r)
+    if causal:
+        d = [1, 0, 1, 1, 0, 0, 1, 0, 1, 0]
+        for i, t in enumerate(d):
+            rows.append({"dataset": "facescrub", "architecture": "resnet152",
+                         "defense": "atat" if t else "nodef", "defense_type": "atat" if t else "nodef",
+                         "seed": 100 + i, "replicate": i, "treatment": t,
+                         "test_acc": 0.9, "robust_acc_eps0.0025": 0.1,
+                         "ppa_attacc1": (0.065 if t else 0.84) + rng.normal(0, 0.01),
+                         "ppa_dist_face": (1.2 if t else 0.77) + rng.normal(0, 0.01)})
+    return pd.DataFrame(rows)
+
+
+def outs(tmp_path: Path, name: str) -> list[Path]:
+    return [tmp_path / f"{name}.{e}" for e in ("csv", "md", "tex")]
+
+
+# --------------------------------------------------------------------------- Tables 11-14
+
+@pytest.mark.parametrize("eps,number", [(0.031, 11), (0.0025, 12), (0.0005, 13), (1e-05, 14)])
+def test_robustness_table_values_and_files(tmp_path, eps, number):
+    summ = simulated_summary()
+    path = tmp_path / "summary.csv"
+    summ.to_csv(path, index=False)
+    table = tables.robustness_table(path, outs(tmp_path, f"t{number}"), eps=eps)
+    grid = summ[summ["treatment"].isna()]
+    assert len(table) == len(grid)  # one seed per cell; causal rows left out
+    assert (table["Seeds"] == 1).all()
+    assert list(table.columns[:3]) == ["Dataset", "Architecture", "Defense"]
+    for a, label in tables.ATTACK_LABELS.items():
+        assert label in table.columns
+    row = table[(table["Dataset"] == "CelebA") & (table["Architecture"] == "ResNet-18")
+                & (table["Defense"] == "TL-DMI-5")].iloc[0]
+    src = grid[(grid["dataset"] == "celeba") & (grid["architecture"] == "resnet18")
+               & (grid["defense"] == "tldmi5")].iloc[0]
+    assert row["Robust acc. (worst case)"] == pytest.approx(src[f"robust_acc_eps{_eps(eps)}"])
+    assert row["FAB-T"] == pytest.approx(src[f"robust_acc_eps{_eps(eps)}_fab-t"])
+    assert row["Examples"] == 1024
+    # worst case is never above any single attack
+    per = table[[tables.ATTACK_LABELS[a] for a in ATTACKS]].min(axis=1)
+    assert (table["Robust acc. (worst case)"] <= per + 1e-12).all()
+    md = (tmp_path / f"t{number}.md").read_text()
+    assert md.startswith(f"Table {number}: AutoAttack robust accuracies with eps={eps:g}")
+    assert "1024 validation set examples" in md
+    assert "\\begin{table}" in (tmp_path / f"t{number}.tex").read_text()
+    assert pd.read_csv(tmp_path / f"t{number}.csv").shape == table.shape
+
+
+def test_robustness_table_means_over_seeds_and_rejects(tmp_path):
+    summ = simulated_summary(causal=False)
+    s2 = summ.copy()
+    s2["seed"] = 1
+    s2["robust_acc_eps0.0025"] = s2["robust_acc_eps0.0025"] + 0.01
+    both = pd.concat([summ, s2])
+    p = tmp_path / "s.csv"
+    both.to_csv(p, index=False)
+    t = tables.robustness_table(p, outs(tmp_path, "t12"), eps=0.0025)
+    assert (t["Seeds"] == 2).all()
+    expected = both.groupby(["dataset", "architecture", "defense"], sort=False)[
+        "robust_acc_eps0.0025"].mean().to_numpy()
+    np.testing.assert_allclose(t["Robust acc. (worst case)"].to_numpy(), expected)
+    with pytest.raises(ValueError, match="no robustness table"):
+        tables.robustness_table(p, outs(tmp_path, "x"), eps=0.01)
+    summ.drop(columns=[c for c in summ.columns if "1e-05" in c]).to_csv(p, index=False)
+    with pytest.raises(ValueError, match="has not run"):
+        tables.robustness_table(p, outs(tmp_path, "x"), eps=1e-05)
+
+
+def test_robustness_table_on_demo_summary(tmp_path):
+    demo = ROOT / "results" / "summary.csv"
+    if not demo.exists():
+        pytest.skip("no demo summary")
+    t = tables.robustness_table(demo, outs(tmp_path, "t14"), eps=1e-05)
+    s = pd.read_csv(demo)
+    assert len(t) == len(s[s["treatment"].isna()].groupby(
+        ["dataset", "architecture", "defense"]))
+
+
+# --------------------------------------------------------------------------- regressions
+
+@pytest.fixture(scope="module")
+def tidy():
+    specs = load_specs(ROOT / "config" / "regressions.yaml")
+    assert len(specs) == 56
+    return fit_all(simulated_summary(), specs)
+
+
+def test_regression_table_15(tmp_path, tidy):
+    t = tables.regression_table(tidy, "T15", outs(tmp_path, "t15"))
+    assert t.shape[1] == 1 + 10  # Term + 5 regressor sets x {OLS, Beta}
+    n_row = t[t["Term"] == "n"].iloc[0]
+    assert set(n_row.iloc[1:]) == {"18"}  # generic sample, App. G
+    joint_ols = tidy[(tidy["spec"] == "T15_ppa_generic_joint_ols")].set_index("term")
+    cell = t.loc[t["Term"] == "Acc eps=0.0025", "OLS (joint)"].iloc[0]
+    b = joint_ols.loc["robust_acc_eps0.0025"]
+    assert cell == f"{b['estimate']:.3f} ({b['se_nonrobust']:.3f}) [{b['se_hc2']:.3f}]"
+    ci = t.loc[t["Term"] == "Acc eps=0.0025 95% CI", "OLS (joint)"].iloc[0]
+    assert ci == f"[{b['ci_low']:.3f}, {b['ci_high']:.3f}]"
+    # Beta cells have no HC2 bracket and a phi row
+    beta_cell = t.loc[t["Term"] == "Acc eps=0.0025", "BETA (joint)"].iloc[0]
+    assert "[" not in beta_cell and "(" in beta_cell
+    assert t.loc[t["Term"] == "phi (precision)", "BETA (joint)"].iloc[0] != ""
+    assert (t.loc[t["Term"] == "Status"].iloc[0, 1:] == "ok").all()
+    md = (tmp_path / "t15.md").read_text()
+    assert md.startswith("Table 15:") and "HC2" in md
+
+
+def test_regression_table_5_and_17(tmp_path, tidy):
+    t5 = tables.regression_table(tidy, "T5", outs(tmp_path, "t5"))
+    assert list(t5.columns) == ["Term", "OLS (joint)", "BETA (joint)"]
+    t17 = tables.regression_table(tidy, "T17", outs(tmp_path, "t17"))
+    assert t17.shape[1] == 1 + 8
+    assert any("Test acc.:dataset[facescrub]" == r or "Test acc.:dataset[celeba]" == r
+               for r in t17["Term"])
+
+
+def test_regression_table_records_skip_reason(tmp_path):
+    summ = simulated_summary()
+    summ = summ[~summ["defense"].isin(["negls", "rolss", "rolss_ssf"])]
+    summ = summ.drop(columns=[c for c in summ.columns if c.startswith("ifgmi")])
+    td = fit_all(summ, load_specs(ROOT / "config" / "regressions.yaml"))
+    t18 = tables.regression_table(td, "T18", outs(tmp_path, "t18"))
+    status = t18.loc[t18["Term"] == "Status"].iloc[0, 1:]
+    assert all(s.startswith("skipped: missing columns") for s in status)
+    assert "ifgmi_attacc1" in status.iloc[0]
+    # no number was invented for a skipped spec
+    assert (t18.loc[t18["Term"] != "Status"].iloc[:, 1:] == "").all().all()
+    assert "Skipped: 10 of 10" in (tmp_path / "t18.md").read_text()
+    with pytest.raises(ValueError, match="unknown regression table"):
+        tables.regression_table(td, "T99", outs(tmp_path, "x"))
+
+
+def test_cost_of_privacy(tmp_path, tidy):
+    cfg = yaml.safe_load((ROOT / "config" / "regressions.yaml").read_text())["cost_of_privacy"]
+    df = tables.cost_of_privacy_table(tidy, [tmp_path / "c.csv", tmp_path / "c.md"], **cfg)
+    assert list(df["term"]) == cfg["terms"]
+    row = tidy[(tidy["spec"] == cfg["spec"]) & (tidy["term"] == cfg["terms"][0])].iloc[0]
+    mu = row["response_mean"]
+    assert df["gamma"].iloc[0] == pytest.approx(1 / (row["estimate"] * mu * (1 - mu)))
+    assert pd.read_csv(tmp_path / "c.csv").shape[0] == 3
+
+
+# --------------------------------------------------------------------------- causal
+
+def test_causal_tables(tmp_path):
+    p = tmp_path / "s.csv"
+    simulated_summary().to_csv(p, index=False)
+    t21, t22 = tables.causal_tables(p, outs(tmp_path, "t21"), outs(tmp_path, "t22"),
+                                    sample={"dataset": "facescrub", "architecture": "resnet152"})
+    assert set(t21["Model"]) == {"OLS", "BETA"}
+    ols = t21[t21["Model"] == "OLS"].iloc[0]
+    assert ols["n"] == 10
+    assert ols["AT-AT (Treatment)"] == pytest.approx(0.065 - 0.84, abs=0.03)
+    beta = t21[t21["Model"] == "BETA"].iloc[0]
+    assert beta["Odds ratio"] < 0.05 and beta["OR CI low"] < beta["Odds ratio"] < beta["OR CI high"]
+    assert len(t22) == 1 and t22["Response"].iloc[0] == "ppa_dist_face"
+    assert t22["AT-AT (Treatment)"].iloc[0] == pytest.approx(0.43, abs=0.05)
+    assert (tmp_path / "t22.md").read_text().startswith("Table 22")
+    simulated_summary(causal=False).to_csv(p, index=False)
+    with pytest.raises(ValueError, match="no causal"):
+        tables.causal_tables(p, outs(tmp_path, "a"), outs(tmp_path, "b"))
+
+
+# --------------------------------------------------------------------------- Tables 23-28
+
+def simulated_per_image(seed=0):
+    rng = np.random.default_rng(seed)
+    rows = []
+    for d, p in (("nodef", 0.85), ("atat", 0.07)):
+        for c in range(12):
+            for i in range(5):
+                ok1 = int(rng.random() < p)
+                rows.append({"dataset": "facescrub", "architecture": "resnet152", "defense": d,
+                             "attack": "ppa", "class": c, "correct_top1": ok1,
+                             "correct_top5": max(ok1, int(rng.random() < 0.5)),
+                             "evalconf": rng.uniform(0, 1), "dist_face": rng.normal(1, 0.1)})
+    return pd.DataFrame(rows)
+
+
+def test_main_results_intervals():
+    pi = simulated_per_image()
+    res = tables.main_results(pi, simulated_summary()).set_index("defense")
+    g = pi[pi["defense"] == "nodef"]
+    k, n = int(g["correct_top1"].sum()), len(g)
+    lo, hi = proportion_confint(k, n, method="wilson")
+    assert res.loc["nodef", "attacc1"] == pytest.approx(k / n)
+    assert (res.loc["nodef", "attacc1_ci_low"], res.loc["nodef", "attacc1_ci_high"]) == \
+        pytest.approx((lo, hi))
+    assert res.loc["nodef", "n_images"] == 60 and res.loc["nodef", "n_classes"] == 12
+    per_class = g.groupby("class")["dist_face"].mean()
+    m, s = per_class.mean(), per_class.std(ddof=1)
+    half = sps.t.ppf(0.975, 11) * s / np.sqrt(12)
+    assert res.loc["nodef", "dist_face_ci_low"] == pytest.approx(m - half)
+    assert res.loc["nodef", "dist_face_ci_high"] == pytest.approx(m + half)
+    assert "dist_eval" not in res.columns  # not measured -> not invented
+    summ = simulated_summary()
+    grid = summ[summ["treatment"].isna()]
+    acc = grid[(grid["dataset"] == "facescrub") & (grid["architecture"] == "resnet152")
+               & (grid["defense"] == "atat")]["test_acc"].iloc[0]
+    assert res.loc["atat", "test_acc"] == pytest.approx(acc)
+
+
+def test_main_results_table_files(tmp_path):
+    pi = simulated_per_image()
+    t = tables.main_results_table(pi, simulated_summary(), outs(tmp_path, "t23"), number=23)
+    assert len(t) == 2 and t["AttAcc@1"].str.match(r"^\d\.\d{3} \[\d\.\d{3}, \d\.\d{3}\]$").all()
+    assert (tmp_path / "t23.md").read_text().startswith("Table 23: PPA results (ResNet-152)")
+    with pytest.raises(ValueError, match="no per-image results for Table 24"):
+        tables.main_results_table(pi, None, outs(tmp_path, "t24"), number=24)
+    bad = pi.drop(columns=["correct_top5"])
+    with pytest.raises(ValueError, match="lacks columns"):
+        tables.main_results(bad)
+
+
+# --------------------------------------------------------------------------- figures
+
+def _png_pixels(path):
+    import matplotlib.image as mpimg
+
+    return mpimg.imread(path)
+
+
+def test_figure2_observed_vs_predicted(tmp_path):
+    specs = {s["name"]: s for s in load_specs(ROOT / "config" / "regressions.yaml")}
+    out = tmp_path / "f2.png"
+    info = observed_vs_predicted(simulated_summary(), specs["T15_ppa_generic_joint_ols"], out)
+    assert info["n"] == 18 and 0 < info["r2"] <= 1
+    img = _png_pixels(out)
+    assert img.shape[0] > 300 and img[..., :3].std() > 0.05
+    info_b = observed_vs_predicted(simulated_summary(), specs["T15_ppa_generic_joint_beta"],
+                                   tmp_path / "f2b.png")
+    assert info_b["n"] == 18
+
+
+def test_figure4_highlights_atat(tmp_path):
+    out = tmp_path / "f4.png"
+    n = accuracy_vs_privacy(simulated_summary(), out, metrics=["attacc1", "dist_face"])
+    assert n == 3 * 2 * 2  # (ppa, ifgmi, ppdg) x 2 metrics x 2 datasets
+    img = _png_pixels(out)[..., :3]
+    red = np.array([0xD6, 0x27, 0x28]) / 255  # tab:red
+    assert (np.abs(img - red).sum(axis=-1) < 0.05).sum() > 50
+    no_atat = simulated_summary()
+    no_atat = no_atat[no_atat["defense_type"] != "atat"]
+    accuracy_vs_privacy(no_atat, tmp_path / "f4b.png")
+    img = _png_pixels(tmp_path / "f4b.png")[..., :3]
+    assert (np.abs(img - red).sum(axis=-1) < 0.05).sum() == 0
+    with pytest.raises(ValueError, match="no inversion metric"):
+        accuracy_vs_privacy(simulated_summary().drop(
+            columns=[c for c in simulated_summary().columns if "attacc" in c]), tmp_path / "x.png")
+
+
+# --------------------------------------------------------------------------- targets
+
+def _runs(*cells):
+    return [SimpleNamespace(dataset=d, architecture=a, defense=f, treatment=t)
+            for d, a, f, t in cells]
+
+
+def test_stats_targets_follow_config():
+    reg = yaml.safe_load((ROOT / "config" / "regressions.yaml").read_text())
+    runs = _runs(("facescrub", "resnet152", "nodef", None), ("celeba", "resnet18", "mid", None))
+    assert stats_targets({"causal": None}, reg, runs) == []  # no inversion: nothing
+    t = stats_targets({"inversion": {"attacks": ["ppa"]}, "causal": None}, reg, runs)
+    assert "results/stats/regressions.csv" in t
+    for n in ("5", "15", "16", "17"):
+        assert f"results/tables/table{n}.md" in t
+    for n in ("18", "19", "20", "21", "22", "24", "26", "27"):
+        assert f"results/tables/table{n}.md" not in t
+    assert "results/tables/table23.md" in t and "results/tables/table25.md" in t
+    assert "results/stats/cost_of_privacy.csv" in t
+    assert "results/figures/figure2_observed_vs_predicted.png" in t
+    t = stats_targets({"inversion": {"attacks": ["ppa", "ifgmi"]}, "causal": {"n_models": 10}},
+                      reg, runs)
+    for n in ("18", "19", "20", "21", "22", "27"):
+        assert f"results/tables/table{n}.csv" in t
+    assert "results/tables/table28.csv" not in t

@@ -1,0 +1,242 @@
+# Stage 6: statistics of §4, §5 and App. G-I (regressions, cost of privacy, causal AT-AT
+# experiment, main results with confidence intervals) and Figures 2 and 4.
+#
+# Every rule here needs model-inversion leakage columns in results/summary.csv
+# ({attack}_attacc1, ..., attack in ppa/ifgmi/ppdg). They become targets of `all` only when
+# the config configures the inversion attacks that produce them (config key
+# `inversion: {attacks: [...]}`); otherwise they can still be requested by name, and the
+# library functions behind them are unit-tested on simulated summaries.
+
+import yaml  # noqa: E402
+
+from atat.report import (  # noqa: E402
+    INVERSION_METRICS,
+    MAIN_TABLE_IDS,
+    REGRESSION_TABLE_IDS,
+    inversion_attacks,
+)
+from atat.report import stats_targets as _stats_targets  # noqa: E402
+
+REGRESSIONS_YAML = f"{workflow.basedir}/config/regressions.yaml"
+
+
+def regressions_config():
+    with open(REGRESSIONS_YAML) as fh:
+        return yaml.safe_load(fh)
+
+
+def stats_targets():
+    return _stats_targets(config, regressions_config(), RUNS)
+
+
+TARGET_FUNCTIONS.append(stats_targets)
+
+
+rule regressions:
+    input:
+        summary="results/summary.csv",
+        specs=REGRESSIONS_YAML,
+    output:
+        report(
+            "results/stats/regressions.csv",
+            caption="../report/regressions.rst",
+            category="Statistics",
+            labels={"output": "all regression fits (tidy)"},
+        ),
+    log:
+        "logs/stats/regressions.log",
+    benchmark:
+        "benchmarks/stats/regressions.tsv"
+    threads: 1
+    resources:
+        mem_mb=2000,
+        runtime=20,
+    conda:
+        "../../envs/stats.yaml"
+    script:
+        "../scripts/regressions.py"
+
+
+rule regression_table:
+    input:
+        regressions="results/stats/regressions.csv",
+    output:
+        report(
+            "results/tables/table{regtable}.csv",
+            caption="../report/regression_table.rst",
+            category="Tables",
+            subcategory="App. G regressions",
+            labels={"table": "{regtable}"},
+        ),
+        "results/tables/table{regtable}.md",
+        "results/tables/table{regtable}.tex",
+    wildcard_constraints:
+        regtable="|".join(REGRESSION_TABLE_IDS),
+    log:
+        "logs/tables/table{regtable}.log",
+    benchmark:
+        "benchmarks/tables/table{regtable}.tsv"
+    threads: 1
+    resources:
+        mem_mb=1000,
+        runtime=10,
+    conda:
+        "../../envs/stats.yaml"
+    script:
+        "../scripts/regression_table.py"
+
+
+rule cost_of_privacy:
+    input:
+        regressions="results/stats/regressions.csv",
+    output:
+        report(
+            "results/stats/cost_of_privacy.csv",
+            caption="../report/cost_of_privacy.rst",
+            category="Statistics",
+            labels={"output": "cost of privacy"},
+        ),
+        "results/stats/cost_of_privacy.md",
+    params:
+        spec=(regressions_config().get("cost_of_privacy") or {}).get("spec"),
+        terms=(regressions_config().get("cost_of_privacy") or {}).get("terms"),
+    log:
+        "logs/stats/cost_of_privacy.log",
+    benchmark:
+        "benchmarks/stats/cost_of_privacy.tsv"
+    threads: 1
+    resources:
+        mem_mb=1000,
+        runtime=10,
+    conda:
+        "../../envs/stats.yaml"
+    script:
+        "../scripts/cost_of_privacy.py"
+
+
+rule causal_tables:
+    input:
+        summary="results/summary.csv",
+        specs=REGRESSIONS_YAML,
+    output:
+        table21=[
+            report(
+                "results/tables/table21.csv",
+                caption="../report/causal_tables.rst",
+                category="Tables",
+                subcategory="App. H causal AT-AT",
+                labels={"table": "21"},
+            ),
+            "results/tables/table21.md",
+            "results/tables/table21.tex",
+        ],
+        table22=[
+            report(
+                "results/tables/table22.csv",
+                caption="../report/causal_tables.rst",
+                category="Tables",
+                subcategory="App. H causal AT-AT",
+                labels={"table": "22"},
+            ),
+            "results/tables/table22.md",
+            "results/tables/table22.tex",
+        ],
+    log:
+        "logs/tables/table21_22.log",
+    benchmark:
+        "benchmarks/tables/table21_22.tsv"
+    threads: 1
+    resources:
+        mem_mb=1000,
+        runtime=10,
+    conda:
+        "../../envs/stats.yaml"
+    script:
+        "../scripts/causal_tables.py"
+
+
+rule main_results_table:
+    input:
+        # long table, one row per attacked image (columns: atat.tables.PER_IMAGE_COLUMNS +
+        # evalconf, dist_face, dist_eval); to be written by the inversion stage
+        per_image="results/inversion/per_image.csv",
+        summary="results/summary.csv",
+    output:
+        report(
+            "results/tables/table{maintable}.csv",
+            caption="../report/main_results_table.rst",
+            category="Tables",
+            subcategory="App. I.3 main results with CIs",
+            labels={"table": "{maintable}"},
+        ),
+        "results/tables/table{maintable}.md",
+        "results/tables/table{maintable}.tex",
+    wildcard_constraints:
+        maintable="|".join(MAIN_TABLE_IDS),
+    log:
+        "logs/tables/table{maintable}.log",
+    benchmark:
+        "benchmarks/tables/table{maintable}.tsv"
+    threads: 1
+    resources:
+        mem_mb=2000,
+        runtime=10,
+    conda:
+        "../../envs/stats.yaml"
+    script:
+        "../scripts/main_results_table.py"
+
+
+rule figure2:
+    input:
+        summary="results/summary.csv",
+        specs=REGRESSIONS_YAML,
+    output:
+        report(
+            "results/figures/figure2_observed_vs_predicted.png",
+            caption="../report/figure2.rst",
+            category="Figures",
+            labels={"figure": "2"},
+        ),
+    params:
+        spec="T15_ppa_generic_joint_ols",
+    log:
+        "logs/figures/figure2.log",
+    benchmark:
+        "benchmarks/figures/figure2.tsv"
+    threads: 1
+    resources:
+        mem_mb=1000,
+        runtime=10,
+    conda:
+        "../../envs/stats.yaml"
+    script:
+        "../scripts/figure2.py"
+
+
+rule figure4:
+    input:
+        summary="results/summary.csv",
+    output:
+        report(
+            "results/figures/figure4_accuracy_vs_privacy.png",
+            caption="../report/figure4.rst",
+            category="Figures",
+            labels={"figure": "4"},
+        ),
+    params:
+        attacks=inversion_attacks(config) or ["ppa", "ifgmi", "ppdg"],
+        metrics=INVERSION_METRICS,
+        architecture=config.get("tables", {}).get("table4_architecture", "resnet152"),
+    log:
+        "logs/figures/figure4.log",
+    benchmark:
+        "benchmarks/figures/figure4.tsv"
+    threads: 1
+    resources:
+        mem_mb=1000,
+        runtime=10,
+    conda:
+        "../../envs/stats.yaml"
+    script:
+        "../scripts/figure4.py"

@@ -1,0 +1,13 @@
+"""Snakemake adapter: Figure 2, observed vs predicted leakage of the Table 5 OLS fit."""
+
+from _common import setup
+
+setup(snakemake)  # noqa: F821
+
+import pandas as pd  # noqa: E402
+
+from atat.figures import observed_vs_predicted  # noqa: E402
+from atat.stats.regression import load_specs  # noqa: E402
+
+spec = {s["name"]: s for s in load_specs(snakemake.input.specs)}[snakemake.params.spec]  # noqa: F821
+observed_vs_predicted(pd.read_csv(snakemake.input.summary), spec, snakemake.output[0])  # noqa: F821

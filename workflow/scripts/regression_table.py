@@ -1,0 +1,12 @@
+"""Snakemake adapter: paper Table 5 or 15-20 (regression coefficients) from the tidy fits."""
+
+from _common import setup
+
+setup(snakemake)  # noqa: F821
+
+import pandas as pd  # noqa: E402
+
+from atat.tables import regression_table  # noqa: E402
+
+tidy = pd.read_csv(snakemake.input.regressions)  # noqa: F821
+regression_table(tidy, f"T{snakemake.wildcards.regtable}", snakemake.output)  # noqa: F821

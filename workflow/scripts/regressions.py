@@ -1,0 +1,21 @@
+"""Snakemake adapter: fit every leakage regression of config/regressions.yaml (App. G) to
+results/summary.csv; tidy CSV, one row per spec x term (skipped specs keep their reason)."""
+
+from _common import setup
+
+setup(snakemake)  # noqa: F821
+
+import logging  # noqa: E402
+
+import pandas as pd  # noqa: E402
+
+from atat import io  # noqa: E402
+from atat.stats.regression import fit_all, load_specs  # noqa: E402
+
+summary = pd.read_csv(snakemake.input.summary)  # noqa: F821
+specs = load_specs(snakemake.input.specs)  # noqa: F821
+tidy = fit_all(summary, specs)
+for spec, reason in tidy.loc[tidy["status"] == "skipped", ["spec", "reason"]].itertuples(index=False):
+    logging.getLogger("regressions").warning("skipped %s: %s", spec, reason)
+with io.atomic_path(snakemake.output[0]) as tmp:  # noqa: F821
+    tidy.to_csv(tmp, index=False)
