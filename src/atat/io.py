@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import tempfile
 from pathlib import Path
 from typing import Any, Iterator
@@ -32,6 +33,23 @@ def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
     finally:
         if tmp_path.exists():
             tmp_path.unlink()
+
+
+def install_dir(tmp: str | os.PathLike[str], out: str | os.PathLike[str]) -> None:
+    """Move a completely built directory ``tmp`` to ``out`` (replacing an existing one), so a
+    reader never sees a half-written directory at ``out``."""
+    tmp, out = Path(tmp), Path(out)
+    os.chmod(tmp, 0o755)
+    old = None
+    if out.exists():
+        if any(out.iterdir()):
+            old = out.parent / f".{out.name}.old-{os.getpid()}"
+            os.replace(out, old)
+        else:
+            out.rmdir()
+    os.replace(tmp, out)
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
 
 
 def write_text(path: str | os.PathLike[str], text: str) -> None:

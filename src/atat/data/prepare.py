@@ -89,6 +89,7 @@ import numpy as np
 import pandas as pd
 import yaml
 
+from atat.io import install_dir
 from atat.data.manifest import split_indices, write_dataset
 from atat.downloads import ChecksumError
 
@@ -1126,17 +1127,7 @@ def prepare_dataset(
             "raw_files": {k: {"sha256": v["sha256"], "size": v["size"]} for k, v in files.items()},
         }
         meta_out = write_dataset(private, df, meta)
-        os.chmod(tmp, 0o755)
-        old = None
-        if out.exists():
-            if any(out.iterdir()):
-                old = out.parent / f".{out.name}.old-{os.getpid()}"
-                os.replace(out, old)
-            else:
-                out.rmdir()
-        os.replace(tmp, out)
-        if old is not None:
-            shutil.rmtree(old, ignore_errors=True)
+        install_dir(tmp, out)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

@@ -58,6 +58,7 @@ import numpy as np
 import pandas as pd
 from PIL import Image, ImageDraw, ImageFilter
 
+from atat.io import install_dir
 from atat.data.manifest import split_indices, write_dataset
 
 GENERATOR_VERSION = 1
@@ -754,17 +755,7 @@ def generate_synthfaces(
             metas[pool] = _write_pool(tmp / pool, pool, ids, int(n_img), seed=int(seed), split_seed=int(split_seed),
                                       resolution=int(resolution), nuisance=float(nuisance), progress=progress,
                                       params=params)
-        os.chmod(tmp, 0o755)
-        old = None
-        if out.exists():
-            if any(out.iterdir()):
-                old = out.parent / f".{out.name}.old-{os.getpid()}"
-                os.replace(out, old)
-            else:
-                out.rmdir()
-        os.replace(tmp, out)
-        if old is not None:
-            shutil.rmtree(old, ignore_errors=True)
+        install_dir(tmp, out)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
