@@ -41,7 +41,7 @@ rule torchvision_weights:
     retries: 3
     threads: 1
     resources:
-        mem_mb=1000,
+        mem_mb=3000,  # each job imports torch (~1 GB per Snakemake process)
         runtime=30,
     conda:
         "../../envs/torch.yaml"

@@ -141,7 +141,7 @@ rule hsic_table:
         "benchmarks/tables/{hsic_table}.tsv"
     threads: 1
     resources:
-        mem_mb=1000,
+        mem_mb=3000,  # each job imports torch (~1 GB per Snakemake process)
         runtime=10,
     conda:
         "../../envs/stats.yaml"

@@ -78,7 +78,7 @@ rule regression_table:
         "benchmarks/tables/table{regtable}.tsv"
     threads: 1
     resources:
-        mem_mb=1000,
+        mem_mb=3000,  # each job imports torch (~1 GB per Snakemake process)
         runtime=10,
     conda:
         "../../envs/stats.yaml"
@@ -106,7 +106,7 @@ rule cost_of_privacy:
         "benchmarks/stats/cost_of_privacy.tsv"
     threads: 1
     resources:
-        mem_mb=1000,
+        mem_mb=3000,  # each job imports torch (~1 GB per Snakemake process)
         runtime=10,
     conda:
         "../../envs/stats.yaml"
@@ -147,7 +147,7 @@ rule causal_tables:
         "benchmarks/tables/table21_22.tsv"
     threads: 1
     resources:
-        mem_mb=1000,
+        mem_mb=3000,  # each job imports torch (~1 GB per Snakemake process)
         runtime=10,
     conda:
         "../../envs/stats.yaml"
@@ -206,7 +206,7 @@ rule figure2:
         "benchmarks/figures/figure2.tsv"
     threads: 1
     resources:
-        mem_mb=1000,
+        mem_mb=3000,  # each job imports torch (~1 GB per Snakemake process)
         runtime=10,
     conda:
         "../../envs/stats.yaml"
@@ -234,7 +234,7 @@ rule figure4:
         "benchmarks/figures/figure4.tsv"
     threads: 1
     resources:
-        mem_mb=1000,
+        mem_mb=3000,  # each job imports torch (~1 GB per Snakemake process)
         runtime=10,
     conda:
         "../../envs/stats.yaml"

@@ -14,7 +14,7 @@ rule summary:
         "benchmarks/summary.tsv"
     threads: 1
     resources:
-        mem_mb=1000,
+        mem_mb=3000,  # each job imports torch (~1 GB per Snakemake process)
         runtime=10,
     conda:
         "../../envs/stats.yaml"

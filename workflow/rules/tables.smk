@@ -46,7 +46,7 @@ rule table4:
         "benchmarks/tables/table4.tsv"
     threads: 1
     resources:
-        mem_mb=1000,
+        mem_mb=3000,  # each job imports torch (~1 GB per Snakemake process)
         runtime=10,
     conda:
         "../../envs/stats.yaml"
@@ -77,7 +77,7 @@ rule robustness_table:
         "benchmarks/tables/table{robtable}.tsv"
     threads: 1
     resources:
-        mem_mb=1000,
+        mem_mb=3000,  # each job imports torch (~1 GB per Snakemake process)
         runtime=10,
     conda:
         "../../envs/stats.yaml"
@@ -103,7 +103,7 @@ rule figure_robustness:
         "benchmarks/figures/robust_accuracy_vs_eps.tsv"
     threads: 1
     resources:
-        mem_mb=1000,
+        mem_mb=3000,  # each job imports torch (~1 GB per Snakemake process)
         runtime=10,
     conda:
         "../../envs/stats.yaml"
