@@ -39,7 +39,8 @@ grid:
   - datasets: [synthfaces]
     architectures: [resnet18]
     defenses: [nodef, nodef_es, mid, bido, bido_lx1e3, tldmi, tldmi5, negls, rolss, rolss_ssf,
-               trap_mid, trap_mid_star, atat, at, permuted]
+               trap_mid, trap_mid_star, atat, at, permuted, unseen_pixels_gl, unseen_pixels_agl,
+               unseen_pixels]
 autoattack: {epsilons: [0.031]}
 """
 
@@ -87,7 +88,8 @@ def test_every_defense_trains_through_the_workflow(tmp_path):
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     summary = pd.read_csv(tmp_path / "results" / "summary.csv")
     expected = {"nodef", "nodef_es", "mid", "bido", "bido_lx1e3", "tldmi", "tldmi5", "negls",
-                "rolss", "rolss_ssf", "trap_mid", "trap_mid_star", "atat", "at", "permuted"}
+                "rolss", "rolss_ssf", "trap_mid", "trap_mid_star", "atat", "at", "permuted",
+                "unseen_pixels_gl", "unseen_pixels_agl", "unseen_pixels"}
     assert set(summary["defense"]) == expected
     assert summary["test_acc"].between(0, 1).all()
     assert summary["robust_acc_eps0.031"].between(0, 1).all()

@@ -279,7 +279,7 @@ class PixelMaskDefense(Defense):
                             f"{type(model).__name__}")
         r = int(self.context.resolution)
         if self.stage == "retrain":
-            # placeholder of ones until the stage-2 mask is installed (training) or loaded
+            # all-ones initial mask, replaced when the stage-2 mask is installed (training) or loaded
             # from the checkpoint's state dict (load_model); never trained
             masked = MaskedClassifier(model, r, init=1.0, mask_mode="transform")
             masked.mask.weight.requires_grad_(False)

@@ -319,7 +319,7 @@ class SynthesisBlock(nn.Module):
                  use_fp16: bool = False, fp16_channels_last: bool = False, **layer_kwargs):
         super().__init__()
         if architecture not in ("orig", "skip"):
-            raise NotImplementedError(f"generator architecture {architecture!r} not implemented")
+            raise ValueError(f"generator architecture {architecture!r} is not supported (supported: skip, orig)")
         self.in_channels, self.out_channels = in_channels, out_channels
         self.w_dim = w_dim
         self.resolution = resolution
@@ -580,7 +580,7 @@ class DiscriminatorBlock(nn.Module):
                  **_ignored):
         super().__init__()
         if architecture != "resnet":
-            raise NotImplementedError(f"discriminator architecture {architecture!r} not implemented")
+            raise ValueError(f"discriminator architecture {architecture!r} is not supported (supported: resnet)")
         self.in_channels = in_channels
         self.resolution = resolution
         self.register_buffer("resample_filter", setup_filter(resample_filter))
