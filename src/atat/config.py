@@ -132,10 +132,110 @@ def _check_semantics(config: Mapping[str, Any]) -> None:
         if grid_seeds & own:
             raise ConfigError("invalid configuration: causal.first_seed: replicate seeds "
                               f"{sorted(own)} overlap the grid's seeds {sorted(grid_seeds)}")
+    _check_inversion(config)
     training = config["training"]
     if any(m >= training["epochs"] for m in training["lr_milestones"]):
         raise ConfigError("invalid configuration: training.lr_milestones: every milestone must "
                           f"be < training.epochs = {training['epochs']}")
+
+
+def _check_inversion(config: Mapping[str, Any]) -> None:
+    inv = config.get("inversion")
+    if not inv or not inv.get("attacks"):
+        return
+    datasets, generators = config["datasets"], config.get("generators", {})
+    for key in ("evaluation_model", "face_embedding"):
+        if key not in config:
+            raise ConfigError(f"invalid configuration: {key}: required when inversion.attacks "
+                              "is not empty")
+    for name, gen in generators.items():
+        train = gen.get("train")
+        if train:
+            ds = datasets.get(train["dataset"])
+            if ds is None:
+                raise ConfigError(f"invalid configuration: generators.{name}.train.dataset: "
+                                  f"'{train['dataset']}' is not defined under 'datasets'")
+            if ds["source"] != "synthfaces":
+                raise ConfigError(f"invalid configuration: generators.{name}.train.dataset: only "
+                                  "synthfaces datasets ship a public pool to train a prior on")
+    used = {r.dataset for r in model_runs(config)}
+    for name in sorted(used):
+        gen = datasets[name].get("generator")
+        if gen is None:
+            raise ConfigError(f"invalid configuration: datasets.{name}.generator: required when "
+                              "inversion.attacks is not empty")
+        if gen not in generators:
+            raise ConfigError(f"invalid configuration: datasets.{name}.generator: '{gen}' is not "
+                              f"defined under 'generators' (defined: {sorted(generators)})")
+    face = config["face_embedding"]
+    if face["source"] == "facenet" and "url" not in face:
+        raise ConfigError("invalid configuration: face_embedding.url: required for source facenet")
+    if face["source"] == "public_classifier" and "training" not in face:
+        raise ConfigError("invalid configuration: face_embedding.training: required for source "
+                          "public_classifier")
+    for attack in inv["attacks"]:
+        if attack not in inv:
+            raise ConfigError(f"invalid configuration: inversion.{attack}: settings required for "
+                              "a listed attack")
+    for i, rule in enumerate(inv.get("overrides", [])):
+        for key, pool in (("dataset", datasets), ("architecture", config["architectures"]),
+                          ("defense", config["defenses"])):
+            value = rule["when"].get(key)
+            if value is not None and value not in pool:
+                raise ConfigError(f"invalid configuration: inversion.overrides[{i}].when.{key}: "
+                                  f"'{value}' is not defined")
+    for run in model_runs(config):
+        for attack in inv["attacks"]:
+            params = inversion_params(config, run.dataset, run.architecture, run.defense, attack)
+            targets, n = params["targets"], n_classes(config, run.dataset)
+            where = f"inversion ({run.path}, {attack})"
+            if isinstance(targets, int) and targets > n:
+                raise ConfigError(f"invalid configuration: {where}: targets = {targets} is more "
+                                  f"than the {n} classes of {run.dataset}")
+            if isinstance(targets, list) and max(targets) >= n:
+                raise ConfigError(f"invalid configuration: {where}: target class {max(targets)} "
+                                  f"does not exist ({run.dataset} has {n} classes)")
+            fs = params.get("final_selection")
+            cands = params["candidates"]["num_candidates"]
+            if fs and fs["samples_per_target"] > cands:
+                raise ConfigError(f"invalid configuration: {where}: final_selection."
+                                  f"samples_per_target {fs['samples_per_target']} > "
+                                  f"candidates.num_candidates {cands}")
+            if cands > params["candidates"]["search_space_size"]:
+                raise ConfigError(f"invalid configuration: {where}: candidates.num_candidates "
+                                  f"{cands} > search_space_size")
+
+
+def n_classes(config: Mapping[str, Any], dataset: str) -> int:
+    ds = config["datasets"][dataset]
+    return int(ds.get("n_classes") or ds["synthetic"]["n_private_identities"])
+
+
+def inversion_params(config: Mapping[str, Any], dataset: str, architecture: str, defense: str,
+                     attack: str) -> dict[str, Any]:
+    """Settings of one inversion job: the attack's section plus the shared keys (seed,
+    targets, figure resolution, the dataset's generator and its crop), then every matching
+    ``inversion.overrides`` entry in order (later entries win)."""
+    inv = config["inversion"]
+    params = deep_merge({}, inv.get(attack, {}))
+    params["targets"] = inv.get("targets", "all")
+    cell = {"dataset": dataset, "architecture": architecture, "defense": defense,
+            "attack": attack}
+    for rule in inv.get("overrides", []):
+        if all(cell[k] == v for k, v in rule["when"].items()):
+            if "targets" in rule["set"]:
+                params["targets"] = rule["set"]["targets"]
+            params = deep_merge(params, rule["set"].get(attack, {}))
+    gen_name = config["datasets"][dataset]["generator"]
+    params["attack"] = attack
+    params["seed"] = int(inv.get("seed", 42))
+    params["figure_resolution"] = int(inv.get("figure_resolution", 128))
+    params["generator"] = gen_name
+    params["center_crop"] = config["generators"][gen_name].get("center_crop")
+    params["dataset_kind"] = config["datasets"][dataset]["source"]
+    params["n_classes"] = n_classes(config, dataset)
+    params["input_resolution"] = int(config["datasets"][dataset]["resolution"])
+    return params
 
 
 # ------------------------------------------------------------------------------ grid

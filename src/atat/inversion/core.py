@@ -1,0 +1,248 @@
+"""Building blocks shared by PPA, IF-GMI and PPDG (spec ``attacks.md`` §1).
+
+Conventions (spec §1): generator images are float tensors in [-1, 1] fed to the classifiers
+without further normalisation; a single latent ``w`` of shape [N, 1, w_dim] is broadcast to
+all synthesis layers; synthesis runs with constant noise in float32; random transforms on a
+4-D batch draw ONE parameter set per call (torchvision semantics).
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Callable, Iterable, Sequence
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torchvision.transforms import v2 as T
+
+__all__ = [
+    "LOSSES",
+    "attack_transform",
+    "broadcast_w",
+    "candidate_search",
+    "final_selection",
+    "identity_loss",
+    "optimize_w",
+    "poincare_loss",
+    "preprocess",
+    "render",
+    "seed_everything",
+    "target_classes",
+]
+
+
+def seed_everything(seed: int) -> None:
+    """spec §1 item 5: torch, random and numpy seeded at attack start."""
+    torch.manual_seed(seed)
+    random.seed(seed)
+    np.random.seed(seed)
+
+
+# ------------------------------------------------------------------ identity losses (§1.3)
+def poincare_loss(logits: torch.Tensor, targets: torch.Tensor, xi: float = 1e-4) -> torch.Tensor:
+    """Poincaré loss of PPA, mean over the batch. u = logits / ||logits||_1,
+    v = clip(onehot - xi, 0, 1), loss = arccosh(1 + 2||u-v||² / ((1-||u||²)(1-||v||²)))."""
+    u = logits / logits.abs().sum(dim=1, keepdim=True)
+    v = (F.one_hot(targets, logits.shape[1]).to(logits.dtype) - xi).clamp(0, 1)
+    num = 2 * (u - v).pow(2).sum(dim=1)
+    den = (1 - u.pow(2).sum(dim=1)) * (1 - v.pow(2).sum(dim=1))
+    return torch.acosh(1 + num / den).mean()
+
+
+def _cross_entropy(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    return F.cross_entropy(logits, targets)
+
+
+def _max_margin(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    real = logits.gather(1, targets[:, None]).squeeze(1)
+    other = logits.masked_fill(F.one_hot(targets, logits.shape[1]).bool(), float("-inf"))
+    return (-real + other.max(dim=1).values).mean()
+
+
+def _logit(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """LOMMA's 'logit loss' (spec §1.3): NLLLoss on raw logits = -mean target logit."""
+    return -logits.gather(1, targets[:, None]).mean()
+
+
+LOSSES: dict[str, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = {
+    "poincare": poincare_loss,
+    "cross_entropy": _cross_entropy,
+    "max_margin": _max_margin,
+    "logit": _logit,
+}
+
+
+def identity_loss(name: str) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
+    try:
+        return LOSSES[name]
+    except KeyError:
+        raise ValueError(f"unknown inversion loss '{name}' (known: {sorted(LOSSES)})") from None
+
+
+# ------------------------------------------------------------------ target classes (§1.1)
+def target_classes(targets: str | int | Sequence[int], n_classes: int, dataset_kind: str,
+                   seed: int = 42, first_k: bool = False) -> list[int]:
+    """Classes to attack. ``'all'`` → every class; a list → that list; an int k → PPA/PPDG's
+    seeded random sample (FaceScrub: ⌊k/2⌋ actors from 0..264 then the rest from the
+    actresses 265..529, one ``random.Random(seed)`` stream) or, with ``first_k`` (IF-GMI's
+    parser), the first k classes."""
+    if targets == "all":
+        return list(range(n_classes))
+    if isinstance(targets, (list, tuple)):
+        return [int(t) for t in targets]
+    k = int(targets)
+    if first_k:
+        return list(range(k)) if k > 0 else [0]
+    rng = random.Random(seed)
+    if dataset_kind == "facescrub":
+        half = n_classes // 2
+        men = rng.sample(range(0, half), k // 2)
+        women = rng.sample(range(half, n_classes), k - k // 2)
+        return men + women
+    return rng.sample(range(0, n_classes), k)
+
+
+# ------------------------------------------------------------------ rendering (§1.3)
+def broadcast_w(G: nn.Module, w: torch.Tensor) -> torch.Tensor:
+    """[N, 1, w_dim] (or [N, w_dim]) → [N, num_ws, w_dim]."""
+    if w.dim() == 2:
+        w = w[:, None]
+    if w.shape[1] == 1:
+        w = w.expand(-1, G.num_ws, -1)
+    return w
+
+
+def render(G: nn.Module, w: torch.Tensor, noise_mode: str = "const") -> torch.Tensor:
+    """Full-resolution images of single latents ``w`` (constant noise, float32)."""
+    return G.synthesis(broadcast_w(G, w), noise_mode=noise_mode, force_fp32=True)
+
+
+def preprocess(images: torch.Tensor, center_crop: int | None, size: int | None) -> torch.Tensor:
+    """CenterCrop(center_crop) then bilinear antialiased resize to size×size (either optional)."""
+    if center_crop is not None and center_crop < images.shape[-1]:
+        images = T.functional.center_crop(images, [center_crop, center_crop])
+    if size is not None and images.shape[-1] != size:
+        images = F.interpolate(images, size=(size, size), mode="bilinear", align_corners=False,
+                               antialias=True)
+    return images
+
+
+def attack_transform(center_crop: int | None, resize: int, rrc_scale: Sequence[float],
+                     rrc_ratio: Sequence[float]) -> Callable[[torch.Tensor], torch.Tensor]:
+    """PPA's optimisation transform: CenterCrop → Resize → RandomResizedCrop(resize) with one
+    parameter draw per call for the whole batch."""
+    rrc = T.RandomResizedCrop(resize, scale=tuple(rrc_scale), ratio=tuple(rrc_ratio),
+                              antialias=True)
+
+    def apply(images: torch.Tensor) -> torch.Tensor:
+        return rrc(preprocess(images, center_crop, resize))
+
+    return apply
+
+
+# ------------------------------------------------------------------ candidate search (§1.2)
+@torch.no_grad()
+def candidate_search(G: nn.Module, target_model: nn.Module, per_candidate_targets: Sequence[int],
+                     *, search_space_size: int, center_crop: int | None, resize: int,
+                     horizontal_flip: bool = True, batch_size: int = 25,
+                     truncation_psi: float = 0.5, truncation_cutoff: int | None = 8,
+                     seed: int = 42, clip: bool = True,
+                     device: torch.device | str = "cpu") -> torch.Tensor:
+    """For each entry t of ``per_candidate_targets`` pick the not-yet-chosen latent with the
+    highest (flip-averaged) target confidence for t among ``search_space_size`` seeded z's.
+    Returns the chosen ws, [N, num_ws, w_dim] (truncated per ``truncation_cutoff``)."""
+    z = torch.from_numpy(np.random.RandomState(seed).randn(search_space_size, G.z_dim))
+    z = z.to(torch.float32).to(device)
+    w_all = G.mapping(z, None, truncation_psi=truncation_psi,
+                      truncation_cutoff=truncation_cutoff)
+    confs = []
+    for i in range(0, search_space_size, batch_size):
+        imgs = G.synthesis(w_all[i:i + batch_size], noise_mode="const", force_fp32=True)
+        if clip:
+            imgs = imgs.clamp(-1, 1)
+        imgs = preprocess(imgs, center_crop, resize)
+        views = [imgs, imgs.flip(3)] if horizontal_flip else [imgs]
+        conf = torch.stack([target_model(v).softmax(dim=1) for v in views]).mean(dim=0)
+        confs.append(conf)
+    conf = torch.cat(confs)
+    chosen = []
+    for t in per_candidate_targets:
+        idx = int(torch.argmax(conf[:, t]))
+        chosen.append(idx)
+        conf[idx, t] = -1.0
+    return w_all[chosen]
+
+
+# ------------------------------------------------------------------ optimisation (§2.2)
+def optimize_w(G: nn.Module, target_model: nn.Module, w: torch.Tensor, targets: torch.Tensor, *,
+               steps: int, lr: float, betas: Sequence[float],
+               transform: Callable[[torch.Tensor], torch.Tensor],
+               loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+               lr_milestones: Iterable[int] = (), lr_gamma: float = 0.1,
+               discriminator: nn.Module | None = None, discriminator_weight: float = 0.0,
+               ) -> tuple[torch.Tensor, torch.Tensor]:
+    """PPA's optimisation of one batch of single latents: fresh Adam (and MultiStepLR stepped
+    every optimisation step) on ``w``; each step renders, transforms (one draw per step for
+    the batch), and minimises the identity loss of the target logits. Returns the optimised
+    ``w`` (detached) and the per-sample target confidence of the last step (pre-update)."""
+    w = w.detach().clone().requires_grad_(True)
+    opt = torch.optim.Adam([w], lr=lr, betas=tuple(betas), weight_decay=0)
+    milestones = list(lr_milestones)
+    sched = torch.optim.lr_scheduler.MultiStepLR(opt, milestones, lr_gamma) if milestones else None
+    last_conf = torch.zeros(len(w))
+    for _ in range(steps):
+        imgs = render(G, w)
+        loss = torch.zeros((), device=w.device)
+        if discriminator is not None and discriminator_weight > 0:
+            loss = loss + discriminator_weight * F.softplus(-discriminator(imgs)).mean()
+        logits = target_model(transform(imgs))
+        loss = loss + loss_fn(logits, targets)
+        if not torch.isfinite(loss):
+            raise FloatingPointError(f"inversion loss is {float(loss)} (lr {lr})")
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        if sched is not None:
+            sched.step()
+        last_conf = logits.detach().softmax(dim=1).gather(1, targets[:, None]).squeeze(1).cpu()
+    return w.detach(), last_conf
+
+
+# ------------------------------------------------------------------ final selection (§1.4)
+@torch.no_grad()
+def final_selection(G: nn.Module, target_model: nn.Module, w: torch.Tensor,
+                    targets: torch.Tensor, *, samples_per_target: int, iterations: int,
+                    center_crop: int | None, resize: int,
+                    rrc_scale: Sequence[float] | None = (0.5, 0.9),
+                    rrc_ratio: Sequence[float] = (0.8, 1.2), flip: float = 0.5,
+                    batch_size: int = 250) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Per target class: score every candidate by its mean target confidence over
+    ``iterations`` random transforms (RandomResizedCrop, unless ``rrc_scale`` is None as in
+    PPDG, then RandomHorizontalFlip; one draw per call), keep the best
+    ``samples_per_target`` in descending score order. Classes in ascending order.
+    Returns (w, targets, scores) of the kept candidates."""
+    ops: list = []
+    if rrc_scale is not None:
+        ops.append(T.RandomResizedCrop(resize, scale=tuple(rrc_scale), ratio=tuple(rrc_ratio),
+                                       antialias=True))
+    ops.append(T.RandomHorizontalFlip(flip))
+    tf = T.Compose(ops)
+    out_w, out_t, out_s = [], [], []
+    for cls in sorted(set(int(t) for t in targets.tolist())):
+        idx = (targets == cls).nonzero().squeeze(1)
+        scores = torch.zeros(len(idx))
+        for i in range(0, len(idx), batch_size):
+            sub = idx[i:i + batch_size]
+            imgs = preprocess(render(G, w[sub]), center_crop, resize)
+            acc = torch.zeros(len(sub))
+            for _ in range(iterations):
+                conf = target_model(tf(imgs)).softmax(dim=1)[:, cls]
+                acc += conf.cpu()
+            scores[i:i + len(sub)] = acc / iterations
+        order = torch.argsort(scores, descending=True, stable=True)[:samples_per_target]
+        out_w.append(w[idx[order]])
+        out_t.append(targets[idx[order]])
+        out_s.append(scores[order])
+    return torch.cat(out_w), torch.cat(out_t), torch.cat(out_s)
