@@ -246,3 +246,50 @@ def final_selection(G: nn.Module, target_model: nn.Module, w: torch.Tensor,
         out_t.append(targets[idx[order]])
         out_s.append(scores[order])
     return torch.cat(out_w), torch.cat(out_t), torch.cat(out_s)
+
+
+# ------------------------------------------------------------------ results of one attack
+#: Per-image columns every scorer returns (spec §5.3-5.5). ``dist_face`` is NaN where no
+#: face-embedding network is used (non-face datasets); ``dist_eval`` likewise when absent.
+SCORE_COLUMNS = ("correct_top1", "correct_top5", "evalconf", "dist_face", "dist_eval")
+
+#: A scorer maps (images in [-1, 1] at generator resolution [N, 3, R, R], target classes [N])
+#: to a dict of per-image float tensors keyed by SCORE_COLUMNS. It applies the generator's
+#: center crop and the resizes of the evaluation/face networks itself.
+Scorer = Callable[[torch.Tensor, torch.Tensor], dict]
+
+
+class ResultAccumulator:
+    """Collects the per-image scores of an attack's final images and, per class, the image
+    the evaluation model is most confident about (for the reconstruction grids, paper Fig.
+    3/6), stored as uint8 at ``figure_resolution``."""
+
+    def __init__(self, figure_resolution: int, center_crop: int | None = None):
+        self.figure_resolution = figure_resolution
+        self.center_crop = center_crop
+        self.rows: list[dict] = []
+        self.best: dict[int, tuple[float, torch.Tensor]] = {}
+
+    def add(self, images: torch.Tensor, targets: torch.Tensor, scores: dict) -> None:
+        missing = [c for c in SCORE_COLUMNS if c not in scores]
+        if missing:
+            raise KeyError(f"scorer did not return {missing}")
+        cols = {c: torch.as_tensor(scores[c]).detach().float().cpu() for c in SCORE_COLUMNS}
+        small = None
+        for i, t in enumerate(targets.tolist()):
+            self.rows.append({"class": int(t), **{c: float(cols[c][i]) for c in SCORE_COLUMNS}})
+            conf = float(cols["evalconf"][i])
+            if t not in self.best or conf > self.best[t][0]:
+                if small is None:
+                    small = preprocess(images.detach().float().cpu(), self.center_crop,
+                                       self.figure_resolution)
+                    small = ((small.clamp(-1, 1) + 1) * 127.5).round().to(torch.uint8)
+                self.best[int(t)] = (conf, small[i].clone())
+
+    def frame(self):
+        import pandas as pd
+
+        return pd.DataFrame(self.rows, columns=["class", *SCORE_COLUMNS])
+
+    def best_images(self) -> dict[int, dict]:
+        return {c: {"evalconf": conf, "image": img} for c, (conf, img) in sorted(self.best.items())}
