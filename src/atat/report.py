@@ -14,9 +14,9 @@ from __future__ import annotations
 
 from typing import Any, Iterable, Mapping
 
+from atat.summary import INVERSION_METRICS
 from atat.tables import MAIN_TABLES
 
-INVERSION_METRICS = ["attacc1", "attacc5", "evalconf", "dist_face", "dist_eval"]
 REGRESSION_TABLE_IDS = ["5", "15", "16", "17", "18", "19", "20"]
 MAIN_TABLE_IDS = [str(n) for n in sorted(MAIN_TABLES)]
 EXTS = ("csv", "md", "tex")

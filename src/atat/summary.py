@@ -11,6 +11,9 @@ import pandas as pd
 from atat import io
 from atat.config import eps_tag
 
+#: Per attack, the summary columns ``{attack}_{metric}`` (paper §2 metrics; spec §5).
+INVERSION_METRICS = ["attacc1", "attacc5", "evalconf", "dist_face", "dist_eval"]
+
 ID_COLUMNS = ["dataset", "architecture", "defense", "defense_type", "seed"]
 
 
@@ -34,6 +37,12 @@ def summary_row(model: Mapping[str, Any]) -> dict[str, Any]:
             row[robust_column(eps, attack)] = vals["robust_accuracy"]
         row[f"aa_clean_acc_eps{eps_tag(eps)}"] = res["clean_accuracy"]
         row[f"aa_n_examples_eps{eps_tag(eps)}"] = res["n_examples"]
+    for attack, path in model.get("inversion", {}).items():
+        res = io.read_json(path)
+        for metric in INVERSION_METRICS:
+            value = res["summary"].get(metric)
+            row[f"{attack}_{metric}"] = float("nan") if value is None else float(value)
+        row[f"{attack}_n_images"] = res["summary"].get("n_images")
     return row
 
 
@@ -41,7 +50,8 @@ def build_summary(models: Iterable[Mapping[str, Any]], out_path: str | Path) -> 
     rows = [summary_row(m) for m in models]
     df = pd.DataFrame(rows)
     for col in df.columns:
-        if col.startswith(("robust_acc", "test_acc", "val_acc", "test_top5")):
+        if col.startswith(("robust_acc", "test_acc", "val_acc", "test_top5")) or col.endswith(
+                ("_attacc1", "_attacc5", "_evalconf")):
             bad = df[col].dropna()
             if not bad.between(0, 1).all():
                 raise ValueError(f"summary column {col} has values outside [0, 1]")
