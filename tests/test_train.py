@@ -146,3 +146,18 @@ def test_permuted_label_training_uses_the_permuted_labels(data_root, tmp_path, m
 def test_early_stop_keeps_the_first_snapshot_reaching_the_target(data_root, tmp_path):
     m = run(spec(data_root, stop_at_val_acc=0.0), tmp_path, "es")
     assert m["stopped_early"] and m["best_epoch"] == 0 and len(m["history"]) == 1
+
+
+def test_keep_last_keeps_the_final_epoch_and_train_acc_uses_the_trained_labels(data_root,
+                                                                              tmp_path):
+    m = run(spec(data_root, permute_labels_seed=42, keep="last", eval_every=3), tmp_path, "last")
+    assert m["best_epoch"] == RECIPE["epochs"] - 1 and m["checkpoint_rule"] == "last"
+    # train_acc is measured on the permuted labels the model was fitted to: recompute it
+    from atat.data.loading import make_loader
+    from atat.train import evaluate, permuted_targets
+    model, defense, _ = load_model(tmp_path / "last.pt")
+    loader = make_loader(data_root, "train", resolution=32, batch_size=64, train=False)
+    loader.dataset.targets = permuted_targets(loader.dataset.targets, 42)
+    assert m["train_acc"] == pytest.approx(evaluate(model, defense, loader, "cpu")["acc"])
+    default = run(spec(data_root, epochs=2, lr_milestones=[1]), tmp_path, "default")
+    assert default["checkpoint_rule"] == "lowest_val_loss"

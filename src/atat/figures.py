@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Sequence
+from typing import Mapping, Sequence
 
 import matplotlib
 
@@ -137,3 +137,58 @@ def accuracy_vs_privacy(summary: pd.DataFrame, out_png: str | Path, *,
             ax.grid(alpha=0.3)
     _save(fig, out_png)
     return len(rows) * len(datasets)
+
+
+def first_training_images(dataset_root: str | Path, classes: Sequence[int], resolution: int
+                          ) -> dict[int, "object"]:
+    """The first private training image (manifest order) of each class, as uint8 [3, r, r]."""
+    import torch
+
+    from atat.data.loading import ManifestDataset, build_transform
+
+    ds = ManifestDataset(dataset_root, "train", build_transform(resolution, train=False))
+    out = {}
+    for c in classes:
+        idx = ds.targets.index(int(c)) if int(c) in ds.targets else None
+        if idx is None:
+            raise ValueError(f"{dataset_root}: no training image of class {c}")
+        x, _ = ds[idx]
+        out[int(c)] = ((x.clamp(-1, 1) + 1) * 127.5).round().to(torch.uint8)
+    return out
+
+
+def reconstruction_grid(best_images: Mapping[str, str | Path], dataset_root: str | Path,
+                        out_png: str | Path, *, n_classes: int = 4, title: str = "") -> list[int]:
+    """Paper Fig. 3/6: per class (rows) a training image of the class beside each defense's
+    reconstruction (columns), the reconstruction chosen by maximum evaluation-model
+    confidence (not cherry-picked). ``best_images`` maps a defense to its ``best_images.pt``.
+    Rows are the first ``n_classes`` classes every defense attacked. Returns those classes."""
+    import torch
+
+    loaded = {d: io.torch_load(p) for d, p in best_images.items()}
+    common = sorted(set.intersection(*(set(v) for v in loaded.values()))) if loaded else []
+    classes = [int(c) for c in common[:n_classes]]
+    if not classes:
+        raise ValueError("no class was attacked in every model of the figure")
+    first = loaded[next(iter(loaded))][classes[0]]["image"]
+    reals = first_training_images(dataset_root, classes, int(first.shape[-1]))
+    cols = ["training image", *[DEFENSE_LABELS.get(d, d) for d in loaded]]
+    fig, axes = plt.subplots(len(classes), len(cols), squeeze=False,
+                             figsize=(1.25 * len(cols), 1.35 * len(classes) + 0.4))
+    for r, c in enumerate(classes):
+        row = [(reals[c], None)] + [(v[c]["image"], v[c]["evalconf"]) for v in loaded.values()]
+        for k, (img, conf) in enumerate(row):
+            ax = axes[r][k]
+            ax.imshow(torch.as_tensor(img).permute(1, 2, 0).numpy())
+            ax.set_xticks([])
+            ax.set_yticks([])
+            if r == 0:
+                ax.set_title(cols[k], fontsize=7)
+            if k == 0:
+                ax.set_ylabel(f"class {c}", fontsize=7)
+            if conf is not None:
+                ax.set_xlabel(f"conf {conf:.2f}", fontsize=6)
+    if title:
+        fig.suptitle(title, fontsize=8)
+    _save(fig, out_png)
+    return classes

@@ -151,6 +151,7 @@ def train(spec: TrainSpec, *, out_model: str | Path, out_metrics: str | Path,
         train_loader.dataset.targets = permuted_targets(train_loader.dataset.targets,
                                                         int(p["permute_labels_seed"]))
     stop_at = p.get("stop_at_val_acc")
+    keep_last = p.get("keep", "best_val_loss") == "last"
     eval_bs = p.get("eval_batch_size", p["batch_size"])
     drop_last = bool(p.get("val_drop_last", False))
     val_loader = make_loader(spec.dataset_root, "val", batch_size=eval_bs, train=False,
@@ -204,14 +205,14 @@ def train(spec: TrainSpec, *, out_model: str | Path, out_metrics: str | Path,
         record: dict[str, Any] = {"epoch": epoch, "lr": optimizer.param_groups[0]["lr"],
                                   "train_loss": loss_sum / max(n_seen, 1),
                                   **{k: v / max(n_seen, 1) for k, v in logs_sum.items()}}
-        if epoch % p["eval_every"] == 0:
+        if epoch % p["eval_every"] == 0 or (keep_last and epoch == p["epochs"] - 1):
             val = evaluate(model, defense, val_loader, device)
             if not np.isfinite(val["loss"]):
                 raise TrainingDivergedError(f"{spec.model_id}: validation loss is {val['loss']} "
                                             f"at epoch {epoch}")
             record.update(val_loss=val["loss"], val_acc=val["acc"])
             reached = stop_at is not None and val["acc"] >= stop_at
-            if best is None or val["loss"] < best["val_loss"] or reached:
+            if best is None or keep_last or val["loss"] < best["val_loss"] or reached:
                 best = {"epoch": epoch, "val_loss": val["loss"], "val_acc": val["acc"],
                         "model": _state_to_cpu(model),
                         "defense": copy.deepcopy(defense.checkpoint_state_dict()),
@@ -246,6 +247,11 @@ def train(spec: TrainSpec, *, out_model: str | Path, out_metrics: str | Path,
     model.load_state_dict(best["model"])
     defense.load_state_dict(best["defense"])
     test = evaluate(model, defense, test_loader, device)
+    # accuracy on the training split with the labels it was trained on (permuted ones for the
+    # rote-memorisation models, paper Table 2), un-augmented
+    train_eval = make_loader(spec.dataset_root, "train", batch_size=eval_bs, train=False, **common)
+    train_eval.dataset.targets = list(train_loader.dataset.targets)
+    train_metrics = evaluate(model, defense, train_eval, device)
     extra = defense.final_metrics(model)
     val = {"loss": best["val_loss"], "acc": best["val_acc"]}
     wall = wall_before + time.perf_counter() - t0
@@ -260,6 +266,8 @@ def train(spec: TrainSpec, *, out_model: str | Path, out_metrics: str | Path,
         "defense_type": spec.defense["type"], "seed": spec.seed,
         "best_epoch": best["epoch"], "val_loss": val["loss"], "val_acc": val["acc"],
         "test_loss": test["loss"], "test_acc": test["acc"], "test_top5": test["top5"],
+        "train_acc": train_metrics["acc"], "checkpoint_rule": "last" if keep_last else
+        ("first_reaching_stop_at_val_acc" if stop_at is not None else "lowest_val_loss"),
         "n_test": test["n"], "train_seconds": wall, "epochs": p["epochs"],
         "training": dict(spec.training), "defense": dict(spec.defense),
         "augmentation": aug, "history": history,
