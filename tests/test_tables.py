@@ -336,3 +336,92 @@ def test_stats_targets_follow_config():
     for n in ("18", "19", "20", "21", "22", "27"):
         assert f"results/tables/table{n}.csv" in t
     assert "results/tables/table28.csv" not in t
+
+
+# ----------------------------------------------------------------------- Tables 2, 3
+def _section3_summary(tmp_path):
+    rows = []
+    for arch in ["resnet18", "resnet152"]:
+        for d, tr, te, face, kept in [("nodef", 1.0, 0.9, 0.8, None),
+                                      ("permuted", 0.99, 0.01, 1.6, None),
+                                      ("nodef_es", 0.7, 0.6, 0.9, None),
+                                      ("tldmi", 0.95, 0.85, 0.85, None),
+                                      ("unseen_pixels", 0.8, 0.62, 0.95, 0.025)]:
+            rows.append(dict(dataset="facescrub", architecture=arch, defense=d, seed=0,
+                             train_acc=tr, test_acc=te, ppa_attacc1=te / 2,
+                             ppa_attacc5=te / 1.5, ppa_dist_face=face, ppa_dist_eval=face * 100,
+                             kept_pixel_fraction=kept))
+    rows.append(dict(dataset="celeba", architecture="resnet18", defense="nodef", seed=0,
+                     train_acc=1.0, test_acc=0.8, ppa_attacc1=0.5, ppa_attacc5=0.7,
+                     ppa_dist_face=0.7, ppa_dist_eval=70.0, kept_pixel_fraction=None))
+    path = tmp_path / "summary.csv"
+    pd.DataFrame(rows).to_csv(path, index=False)
+    return path
+
+
+def test_table2_pairs_permuted_with_true_label_models(tmp_path):
+    from atat.tables import table2
+    t = table2(_section3_summary(tmp_path), outs(tmp_path, "table2"), permuted=["permuted"],
+               true_labels=["nodef"])
+    # only cells with a permuted model (CelebA has none), true labels first
+    assert len(t) == 4 and set(t["Dataset"]) == {"FaceScrub"}
+    rn18 = t[t["Architecture"] == "ResNet-18"]
+    assert rn18["Model"].tolist() == ["true labels", "permuted labels"]
+    assert rn18["Train acc."].tolist() == [1.0, 0.99]
+    assert rn18["PPA delta_face (L2)"].tolist() == [0.8, 1.6]
+    assert (tmp_path / "table2.md").read_text().startswith("Table 2")
+
+
+def test_table3_lists_the_four_models_with_the_kept_fraction(tmp_path):
+    from atat.tables import table3
+    roles = {"Unseen-Pixels": ["unseen_pixels"], "NoDef": ["nodef"],
+             "NoDef (early-stopped)": ["nodef_es"], "TL-DMI": ["tldmi"]}
+    t = table3(_section3_summary(tmp_path), outs(tmp_path, "table3"), roles=roles)
+    assert t["Model"].tolist()[:4] == list(roles)
+    up = t[(t["Model"] == "Unseen-Pixels") & (t["Architecture"] == "ResNet-152")].iloc[0]
+    assert up["Pixels kept"] == pytest.approx(0.025) and up["PPA AttAcc@1"] == pytest.approx(0.31)
+    with pytest.raises(ValueError, match="no Unseen-Pixels"):
+        table3(_section3_summary(tmp_path), outs(tmp_path, "t3b"), roles={"Unseen-Pixels": ["x"]})
+
+
+def test_reconstruction_grid_puts_the_training_image_beside_each_defense(tmp_path):
+    import torch
+
+    from atat import io
+    from atat.data.synthfaces import generate_synthfaces
+    from atat.figures import reconstruction_grid
+    generate_synthfaces(tmp_path / "ds", n_private_identities=3, n_public_identities=1,
+                        images_per_identity=6, public_images_per_identity=1, resolution=16,
+                        seed=1, progress=False)
+    paths = {}
+    for d, classes in [("nodef", [0, 1, 2]), ("atat", [1, 2])]:
+        best = {c: {"evalconf": 0.5, "image": torch.full((3, 16, 16), 40 * c, dtype=torch.uint8)}
+                for c in classes}
+        paths[d] = tmp_path / f"{d}.pt"
+        io.torch_save(best, paths[d])
+    out = tmp_path / "grid.png"
+    shown = reconstruction_grid(paths, tmp_path / "ds" / "private", out, n_classes=4)
+    assert shown == [1, 2]                       # classes every defense attacked
+    assert _png_pixels(out).std() > 0
+
+
+def test_unseen_pixels_figure_reports_the_masks_kept_fraction(tmp_path):
+    import torch
+
+    from atat import io
+    from atat.data.synthfaces import generate_synthfaces
+    from atat.figures import unseen_pixels_figure
+    generate_synthfaces(tmp_path / "ds", n_private_identities=2, n_public_identities=1,
+                        images_per_identity=6, public_images_per_identity=1, resolution=16,
+                        seed=1, progress=False)
+    mask = torch.zeros(3, 16, 16)
+    mask[:, :4, :] = 1.0                           # a quarter of the pixels kept
+    torch.save({"state_dict": {"mask.weight": mask}, "defense": {"type": "pixel_mask"}},
+               tmp_path / "model.pt")
+    best = {c: {"evalconf": 0.9, "image": torch.full((3, 8, 8), 200, dtype=torch.uint8)}
+            for c in (0, 1)}
+    io.torch_save(best, tmp_path / "best.pt")
+    out = unseen_pixels_figure(tmp_path / "model.pt", tmp_path / "ds" / "private",
+                               tmp_path / "best.pt", tmp_path / "fig1.png")
+    assert out["classes"] == [0, 1] and out["kept_pixel_fraction"] == pytest.approx(0.25)
+    assert _png_pixels(tmp_path / "fig1.png").std() > 0

@@ -30,6 +30,32 @@ autoattack:
     apgd_t: {n_iter: 2, n_target_classes: 1, n_restarts: 1}
     fab: {n_iter: 2, n_target_classes: 1, n_restarts: 1}
     square: {n_queries: 5, p_init: 0.8}
+generators:
+  synthfaces_public:
+    train: {dataset: synthfaces, steps: 4, batch_size: 2, z_dim: 8, w_dim: 8, mapping_layers: 1,
+            channel_base: 64, channel_max: 8}
+evaluation_model: {training: {epochs: 1, batch_size: 16, lr_milestones: []}}
+face_embedding: {training: {epochs: 1, batch_size: 4, lr_milestones: []}}
+inversion:
+  targets: 2
+  ppa:
+    candidates: {num_candidates: 2, search_space_size: 8, batch_size: 8}
+    batch_size: 4
+    steps: 2
+    lr_milestones: [1]
+    final_selection: {samples_per_target: 1, iterations: 2}
+  ifgmi:
+    candidates: {num_candidates: 2, search_space_size: 8, batch_size: 8}
+    batch_size: 4
+    steps: [2, 1]
+  ppdg:
+    candidates: {num_candidates: 2, search_space_size: 8, batch_size: 8}
+    batch_size: 4
+    steps: 2
+    num_inv_points: 1
+    inv_steps: 2
+    tune_steps: 2
+    final_selection: {samples_per_target: 2, iterations: 2}
 """
 
 
@@ -42,6 +68,7 @@ grid:
                trap_mid, trap_mid_star, atat, at, permuted, unseen_pixels_gl, unseen_pixels_agl,
                unseen_pixels]
 autoattack: {epsilons: [0.031]}
+inversion: {attacks: []}   # the attacks of every model are covered by the demo run itself
 """
 
 
@@ -71,6 +98,16 @@ def test_tiny_config_end_to_end(tmp_path):
     assert (tmp_path / "results" / "tables" / "table4.tex").exists()
     png = (tmp_path / "results" / "figures" / "robust_accuracy_vs_eps.png").read_bytes()
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 5000
+    # model inversion: three attacks per model, per-image rows, summary columns, figures
+    per_image = pd.read_csv(tmp_path / "results" / "inversion" / "per_image.csv")
+    assert set(per_image["attack"]) == {"ppa", "ifgmi", "ppdg"}
+    assert set(per_image["defense"]) == {"atat", "nodef"}
+    assert per_image["correct_top1"].isin([0, 1]).all() and per_image["dist_face"].notna().all()
+    for a in ("ppa", "ifgmi", "ppdg"):
+        assert summary[f"{a}_attacc1"].between(0, 1).all()
+        assert (summary[f"{a}_dist_face"] >= 0).all()
+    assert (tmp_path / "results" / "figures" / "reconstructions_synthfaces_resnet18_ppa.png").exists()
+    assert "PPA AttAcc@1" in pd.read_csv(tmp_path / "results" / "tables" / "table4.csv").columns
     # every rule logged and benchmarked
     assert list((tmp_path / "benchmarks" / "train").rglob("*.tsv"))
     # nothing left to do: a second run is a no-op

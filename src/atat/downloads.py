@@ -4,10 +4,12 @@ output. Files already in place (offline clusters) are verified and used without 
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
 import os
 import tempfile
+import time
 from pathlib import Path
 
 log = logging.getLogger(__name__)
@@ -76,3 +78,188 @@ def torchvision_hash_prefix(url: str) -> str:
     """torchvision weight files are named <arch>-<first hex digits of sha256>.pth."""
     stem = Path(url).name.rsplit(".", 1)[0]
     return stem.rsplit("-", 1)[-1]
+
+
+# --------------------------------------------------------------------------------------
+# Pretrained weights of the model-inversion stage (spec attacks.md §4.2, §5.2, §5.4, §6.3):
+# StyleGAN2-ADA pickles, FaceNet (facenet-pytorch) and the LPIPS linear layers.  Each file
+# is checked against its entry in the committed lock file ``data/checksums.lock.yaml`` (key
+# ``weights/<kind>/<file name>``, the path below ``resources_dir``) and then *loaded* by a
+# content check before it may become the output; a file without a recorded sha256 gets its
+# sha256 and size recorded at its first download (or first use when placed by hand).
+# --------------------------------------------------------------------------------------
+
+LPIPS_VGG_URL = "https://github.com/richzhang/PerceptualSimilarity/raw/master/lpips/weights/v0.1/vgg.pth"
+# lpips 0.1.4 (lpips/lpips.py): lin<k> = NetLinLayer = Sequential(Dropout, Conv2d(C_k, 1, 1, bias=False))
+LPIPS_VGG_CHANNELS = (64, 128, 256, 512, 512)
+STALE_PART_SECONDS = 24 * 3600  # a *.part file this old is left over by a killed job
+
+
+class WeightFileError(RuntimeError):
+    """A weight file has the right checksum (or none recorded) but unusable content."""
+
+
+def check_stylegan_pickle(path: str | Path, key: str = "G_ema", *,
+                          shown_as: str | Path | None = None) -> dict:
+    """The file must be a StyleGAN2-ADA network pickle readable by the project's safe
+    unpickler whose ``key`` network builds :class:`atat.inversion.stylegan2.Generator`
+    with a strict state-dict load. Returns the generator's constructor kwargs."""
+    from atat.inversion.safe_pickle import load_stylegan_pickle
+    from atat.inversion.stylegan2 import Generator
+
+    try:
+        loaded = load_stylegan_pickle(path, key=key)
+        if loaded["class_name"] != "Generator":
+            raise ValueError(f"{key!r} is a {loaded['class_name']!r}, not a Generator")
+        Generator.from_init_kwargs_and_state(loaded["init_kwargs"], loaded["state_dict"], strict=True)
+    except Exception as e:  # UnsafePickleError, truncated pickle, wrong layout, ...
+        raise WeightFileError(f"{shown_as or path}: not a usable StyleGAN2-ADA network pickle "
+                              f"({type(e).__name__}: {e})") from None
+    return loaded["init_kwargs"]
+
+
+def check_facenet_state_dict(path: str | Path, *, shown_as: str | Path | None = None) -> int | None:
+    """The file must be a state dict (``torch.load(weights_only=True)``) that loads strictly
+    into facenet-pytorch ``InceptionResnetV1(pretrained=None, classify=False)``.  The
+    published files also hold the training head ``logits`` (vggface2: 8631 classes); as in
+    facenet-pytorch's own ``load_weights`` that head is added before the strict load.
+    Returns the number of classes of that head (None when absent)."""
+    import torch
+    from torch import nn
+
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+        if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
+            raise ValueError("not a state dict of tensors")
+        from facenet_pytorch.models.inception_resnet_v1 import InceptionResnetV1
+
+        net = InceptionResnetV1(pretrained=None, classify=False)
+        n_classes = None
+        if "logits.weight" in state:
+            n_classes, dim = state["logits.weight"].shape
+            net.logits = nn.Linear(dim, n_classes)
+        net.load_state_dict(state, strict=True)
+    except Exception as e:
+        raise WeightFileError(f"{shown_as or path}: not a facenet-pytorch InceptionResnetV1 state dict "
+                              f"({type(e).__name__}: {e})") from None
+    return n_classes
+
+
+def check_lpips_weights(path: str | Path, *, shown_as: str | Path | None = None) -> None:
+    """The file must be the LPIPS (v0.1, net 'vgg') linear-layer state dict: exactly
+    ``lin{k}.model.1.weight`` of shape [1, C_k, 1, 1], C = 64, 128, 256, 512, 512, finite."""
+    import torch
+
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+        if not isinstance(state, dict):
+            raise ValueError(f"a {type(state).__name__}, not a state dict")
+        expected = {f"lin{k}.model.1.weight": (1, c, 1, 1) for k, c in enumerate(LPIPS_VGG_CHANNELS)}
+        if set(state) != set(expected):
+            raise ValueError(f"keys {sorted(state)}, expected {sorted(expected)}")
+        for name, shape in expected.items():
+            t = state[name]
+            if not isinstance(t, torch.Tensor) or tuple(t.shape) != shape or not t.is_floating_point():
+                raise ValueError(f"{name}: {getattr(t, 'shape', type(t).__name__)}, expected "
+                                 f"a float tensor of shape {list(shape)}")
+            if not torch.isfinite(t).all():
+                raise ValueError(f"{name}: non-finite values")
+    except Exception as e:
+        raise WeightFileError(f"{shown_as or path}: not the LPIPS VGG linear-layer weights "
+                              f"({type(e).__name__}: {e})") from None
+
+
+WEIGHT_CHECKS = {
+    "stylegan2": check_stylegan_pickle,
+    "facenet": check_facenet_state_dict,
+    "lpips": check_lpips_weights,
+}
+
+
+def _download_to_temp(url: str, dest: Path) -> Path:
+    """Stream ``url`` into a fresh temporary file next to ``dest`` (unique per job, so
+    parallel jobs never share one); truncated transfers (Content-Length) raise."""
+    from atat.data.prepare import _download_http
+
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    now = time.time()
+    for stale in dest.parent.glob(f".{dest.name}.*.part"):  # only old ones: another job may be writing
+        with contextlib.suppress(OSError):
+            if now - stale.stat().st_mtime > STALE_PART_SECONDS:
+                stale.unlink()
+    fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".part", dir=dest.parent)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            log.info("downloading %s -> %s", url, dest)
+            _download_http(url, fh, f"{url} -> {dest}")
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    return Path(tmp)
+
+
+def fetch_weights(kind: str, url: str, dest: str | Path, *, key: str | None = None,
+                  offline: bool = False, lock_file: str | Path | None = None) -> Path:
+    """Make sure weight file ``dest`` of ``kind`` (``stylegan2``, ``facenet``, ``lpips``) is in
+    place and verified; return its path.
+
+    * ``dest`` present (e.g. placed by hand): checked against the lock entry ``key`` (default
+      ``weights/<kind>/<file name>``) and by the content check; the network is never used.
+    * missing and ``offline``: :class:`OfflineMissingFileError` naming the exact path to put
+      it at, the URL and the expected hash; no socket is opened.
+    * missing: downloaded to a temporary name next to ``dest``, checked there, renamed to
+      ``dest`` only then (atomic, so concurrent jobs see the whole file or none).  A rejected
+      download is deleted: nothing is left at ``dest``.
+
+    A checksum mismatch raises :class:`ChecksumError` naming the file and both hashes; bad
+    content :class:`WeightFileError`.  Without a sha256 in the lock file, the sha256 and size
+    are recorded there (for review and commit).
+    """
+    from atat.data.prepare import DEFAULT_LOCK_FILE, _now, _record_in_lock, load_lock, verify_file
+
+    if kind not in WEIGHT_CHECKS:
+        raise ValueError(f"unknown weight kind {kind!r}; expected one of {sorted(WEIGHT_CHECKS)}")
+    check = WEIGHT_CHECKS[kind]
+    dest = Path(dest)
+    key = key or f"weights/{kind}/{dest.name}"
+    lock_file = Path(lock_file) if lock_file is not None else DEFAULT_LOCK_FILE
+    expected = dict(load_lock(lock_file).get(key) or {})
+    what = f"lock entry {key} in {lock_file}"
+    if expected.get("url") and expected["url"] != url and expected.get("sha256"):
+        what += f", recorded for {expected['url']} (the config now asks for {url})"
+    known = ", ".join(f"{k} {expected[k]}" for k in ("size", "sha256") if expected.get(k))
+
+    downloaded = not dest.is_file()
+    if downloaded and offline:
+        raise OfflineMissingFileError(
+            f"offline mode: {dest} is missing. Download {url} on a machine with internet and "
+            f"place it at {dest}" + (f" (expected {known})" if known else "")
+            + f"; it is verified against {lock_file} before use.")
+    src = _download_to_temp(url, dest) if downloaded else dest
+    try:
+        actual = verify_file(src, expected, what=what, shown_as=dest)
+        check(src, shown_as=dest)
+        if downloaded:  # verified under the temporary name; only now visible as dest
+            os.replace(src, dest)
+    except (ChecksumError, WeightFileError) as e:
+        if downloaded:
+            raise type(e)(f"download from {url} rejected: {e} (nothing was kept)") from None
+        raise type(e)(f"{e}. Replace or delete the file (it is then downloaded again unless "
+                      "offline).") from None
+    finally:
+        if downloaded and src.exists():
+            src.unlink()
+    if not expected.get("sha256"):
+        origin = f"first download from {url}" if downloaded else "first use of the file found in place"
+        fields = {"sha256": actual["sha256"], "size": actual["size"], "url": url,
+                  "recorded": f"{_now()} {origin}"}
+        try:
+            _record_in_lock(lock_file, key, fields)
+            log.warning("recorded sha256 %s, size %d for %s in %s -- please review and commit",
+                        actual["sha256"], actual["size"], key, lock_file)
+        except OSError as e:
+            log.warning("could not record the checksum of %s in %s (%s): sha256 %s, size %d",
+                        key, lock_file, e, actual["sha256"], actual["size"])
+    log.info("verified %s (sha256 %s, %d bytes)", dest, actual["sha256"], actual["size"])
+    return dest

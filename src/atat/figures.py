@@ -192,3 +192,44 @@ def reconstruction_grid(best_images: Mapping[str, str | Path], dataset_root: str
         fig.suptitle(title, fontsize=8)
     _save(fig, out_png)
     return classes
+
+
+def unseen_pixels_figure(mask_model: str | Path, dataset_root: str | Path,
+                         best_images: str | Path, out_png: str | Path, *,
+                         n_classes: int = 3) -> dict:
+    """Paper Fig. 1: per class a training image, the same image as the Unseen-Pixels model
+    saw it (deleted pixels black) and the PPA reconstruction from that model. Returns the
+    classes shown and the kept pixel fraction."""
+    import torch
+    import torch.nn.functional as F
+
+    from atat.defenses.pixel_mask import binarize, load_mask
+
+    mask = binarize(load_mask(mask_model))                     # (3, H, W) in {0, 1}
+    best = io.torch_load(best_images)
+    classes = sorted(best)[:n_classes]
+    if not classes:
+        raise ValueError(f"{best_images}: no reconstruction")
+    res = int(mask.shape[-1])
+    reals = first_training_images(dataset_root, classes, res)
+    kept = float(mask.amax(dim=0).mean())
+    fig, axes = plt.subplots(len(classes), 3, squeeze=False,
+                             figsize=(4.2, 1.45 * len(classes) + 0.5))
+    for r, c in enumerate(classes):
+        masked = (reals[c].float() * mask).round().to(torch.uint8)
+        recon = best[c]["image"].float()[None]
+        recon = F.interpolate(recon, size=(res, res), mode="bilinear", antialias=True,
+                              align_corners=False)[0].clamp(0, 255).to(torch.uint8)
+        for k, (img, title) in enumerate([(reals[c], "original"),
+                                          (masked, f"pixels kept {kept:.1%}"),
+                                          (recon, "PPA reconstruction")]):
+            ax = axes[r][k]
+            ax.imshow(img.permute(1, 2, 0).numpy(), interpolation="nearest")
+            ax.set_xticks([])
+            ax.set_yticks([])
+            if r == 0:
+                ax.set_title(title, fontsize=7)
+            if k == 0:
+                ax.set_ylabel(f"class {c}", fontsize=7)
+    _save(fig, out_png)
+    return {"classes": classes, "kept_pixel_fraction": kept}

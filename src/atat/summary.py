@@ -28,7 +28,9 @@ def summary_row(model: Mapping[str, Any]) -> dict[str, Any]:
         row[key] = model.get(key)
     row.update(test_acc=metrics["test_acc"], test_top5=metrics["test_top5"],
                val_acc=metrics["val_acc"], best_epoch=metrics["best_epoch"],
-               train_seconds=metrics["train_seconds"], pretrained=metrics["pretrained"])
+               train_seconds=metrics["train_seconds"], pretrained=metrics["pretrained"],
+               train_acc=metrics.get("train_acc"),
+               kept_pixel_fraction=metrics.get("kept_pixel_fraction"))
     for eps_text, path in sorted(model.get("robustness", {}).items(), key=lambda kv: -float(kv[0])):
         res = io.read_json(path)
         eps = float(res["epsilon"])

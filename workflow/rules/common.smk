@@ -24,6 +24,7 @@ except ConfigError as exc:
 RES = config["resources_dir"]
 RUNS = model_runs(config)
 EPS = {eps_tag(e): float(e) for e in config["autoattack"]["epsilons"]}
+INV_ATTACKS = list((config.get("inversion") or {}).get("attacks") or [])
 SYNTH = [n for n, d in config["datasets"].items() if d["source"] == "synthfaces"]
 REAL = [n for n, d in config["datasets"].items() if d["source"] != "synthfaces"]
 
@@ -121,6 +122,7 @@ def summary_models(wildcards):
             treatment=r.treatment,
             metrics=f"{model_dir(r)}/metrics.json",
             robustness={e: f"results/robustness/{r.path}/eps{e}.json" for e in EPS},
+            inversion={a: f"results/inversion/{r.path}/{a}/metrics.json" for a in INV_ATTACKS},
         )
         for r in RUNS
     ]
@@ -131,6 +133,7 @@ def summary_inputs(wildcards):
     for m in summary_models(wildcards):
         files.append(m["metrics"])
         files.extend(m["robustness"].values())
+        files.extend(m["inversion"].values())
     return files
 
 
@@ -152,11 +155,19 @@ def all_targets():
 
 
 def torchvision_weight_urls():
-    """File name -> URL of every ImageNet weight file the config can ask for."""
+    """File name -> URL of every ImageNet weight file the config can ask for: the target
+    architectures, the evaluation model (Inception-v3, spec attacks §5.2) and VGG16 (the
+    feature network of VGG16-LPIPS, spec attacks §4.2)."""
+    from torchvision.models import get_model_weights
+
     from atat.models import weights_enum
 
-    urls = {}
-    for arch, spec in config["architectures"].items():
-        enum = weights_enum(arch, spec.get("weights", "IMAGENET1K_V1"))
-        urls[Path(enum.url).name] = enum.url
-    return urls
+    enums = [weights_enum(arch, spec.get("weights", "IMAGENET1K_V1"))
+             for arch, spec in config["architectures"].items()]
+    ev = config.get("evaluation_model") or {}
+    if ev.get("pretrained"):
+        arch = ev.get("architecture", "inception_v3")
+        enums.append(get_model_weights(arch)[ev.get("weights", "IMAGENET1K_V1")])
+    if config.get("inversion"):
+        enums.append(get_model_weights("vgg16")["IMAGENET1K_V1"])
+    return {Path(enum.url).name: enum.url for enum in enums}

@@ -1,0 +1,467 @@
+"""Networks that judge an inversion attack (spec ``attacks.md`` §5.2, §5.4).
+
+* The **evaluation model** (§5.2): torchvision Inception-v3 trained on the private training
+  split (the 72% subset) of the attacked dataset. ImageNet-initialised from a local weights
+  file when pretrained (torchvision then uses ``transform_input=True``: the [-1, 1] inputs are
+  re-mapped to ImageNet normalisation inside the network), else trained from scratch
+  (``init_weights=True``). ``fc`` is replaced by ``Linear(2048, n_classes)`` and split off as
+  the classification head; the rest gives the 2048-d pooled features of δ_eval (§5.5). The
+  auxiliary head (when ``aux_logits``) keeps its 1000-way fc and is trained with the identity
+  labels; loss = CE_sum(main) + CE_sum(aux).
+* The **face embedding** of δ_face (§5.4): either facenet-pytorch's ``InceptionResnetV1``
+  (VGGFace2 weights from a local file, unit-norm 512-d output, [-1, 1] inputs fed directly) or,
+  where no pretrained face network is available (embedded demo), a ResNet-18 trained on the
+  attacker's public pool (identities disjoint from the private ones) whose L2-normalised
+  penultimate features serve as the embedding.
+
+Every model takes images in [-1, 1]. Checkpoints are written atomically (:mod:`atat.io`).
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import random
+import time
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+import torchvision
+from torch import Tensor, nn
+from torch.utils.data import DataLoader, Subset
+from tqdm import tqdm
+
+from atat import io
+from atat.data.loading import ManifestDataset, build_transform, make_loader
+from atat.data.manifest import read_meta
+from atat.models import Classifier, build_model
+from atat.train import TrainingDivergedError, evaluate, versions
+
+log = logging.getLogger(__name__)
+
+__all__ = [
+    "EVAL_TRAINING_DEFAULTS",
+    "EvaluationModel",
+    "FaceEmbedding",
+    "build_evaluation_model",
+    "eval_augmentation",
+    "load_evaluation_model",
+    "load_face_network",
+    "load_facenet",
+    "public_holdout_split",
+    "train_evaluation_model",
+    "train_face_embedding",
+]
+
+FORMAT_VERSION = 1
+FEATURE_DIM = 2048
+#: spec §5.2 recipe (REP classifier config); config values are merged over these.
+EVAL_TRAINING_DEFAULTS: dict[str, Any] = {
+    "epochs": 100, "lr": 1e-3, "betas": [0.9, 0.999], "batch_size": 128,
+    "lr_milestones": [75, 90], "lr_gamma": 0.1, "eval_every": 5,
+}
+#: share of each public identity's images held out to validate the demo face embedding
+FACE_HOLDOUT_FRACTION = 0.1
+
+
+# ================================================================== evaluation model (§5.2)
+class EvaluationModel(nn.Module):
+    """Inception-v3 split into feature extractor (``net`` with ``fc = Identity``) and head.
+
+    ``features(x)`` → [N, 2048] pooled features (dropout inactive in eval mode);
+    ``forward(x)`` → [N, n_classes] logits; ``forward_train(x)`` → (logits, aux logits or
+    None). Inputs are images in [-1, 1] at ``resolution`` (≥ 75 px)."""
+
+    def __init__(self, net: torchvision.models.Inception3, n_classes: int, resolution: int = 299):
+        super().__init__()
+        net.fc = nn.Identity()
+        self.net = net
+        self.head = nn.Linear(FEATURE_DIM, n_classes)
+        self.n_classes = int(n_classes)
+        self.resolution = int(resolution)
+
+    @property
+    def aux_logits(self) -> bool:
+        return bool(self.net.aux_logits)
+
+    @property
+    def transform_input(self) -> bool:
+        return bool(self.net.transform_input)
+
+    def _net(self, x: Tensor) -> tuple[Tensor, Tensor | None]:
+        out = self.net(x)
+        if isinstance(out, tuple):  # InceptionOutputs(logits=features, aux_logits) in train mode
+            return out[0], out[1]
+        return out, None
+
+    def features(self, x: Tensor) -> Tensor:
+        return self._net(x)[0]
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.head(self.features(x))
+
+    def forward_train(self, x: Tensor) -> tuple[Tensor, Tensor | None]:
+        feats, aux = self._net(x)
+        return self.head(feats), aux
+
+
+def build_evaluation_model(n_classes: int, *, aux_logits: bool = True,
+                           weights_path: str | Path | None = None,
+                           transform_input: bool | None = None,
+                           resolution: int = 299) -> EvaluationModel:
+    """Inception-v3 evaluation model. ``weights_path``: torchvision ImageNet state dict on disk
+    (``inception_v3_google-*.pth``; never downloaded here) → ``transform_input=True`` and
+    ``init_weights=False`` as torchvision does with ``weights=IMAGENET1K_V1``; ``None`` → random
+    ``init_weights=True`` initialisation. ``transform_input`` overrides the default (used when
+    rebuilding a trained checkpoint)."""
+    pretrained = weights_path is not None
+    if transform_input is None:
+        transform_input = pretrained
+    # the 1000-way fc/AuxLogits.fc of ImageNet; fc is replaced below, the aux fc kept (§5.2)
+    net = torchvision.models.Inception3(num_classes=1000, aux_logits=True,
+                                        transform_input=bool(transform_input),
+                                        init_weights=not pretrained)
+    if pretrained:
+        path = Path(weights_path)
+        if not path.is_file():
+            raise FileNotFoundError(f"ImageNet weights of the evaluation model not found: {path}")
+        net.load_state_dict(torch.load(path, map_location="cpu", weights_only=True))
+    if not aux_logits:
+        net.aux_logits = False
+        net.AuxLogits = None
+    return EvaluationModel(net, n_classes, resolution)
+
+
+def eval_augmentation(aug: Mapping[str, Any] | None) -> dict[str, Any]:
+    """Translate the config's ``evaluation_model.augmentation`` ({rrc_scale, flip,
+    color_jitter: {...}}) into :func:`atat.data.loading.build_transform`'s ``aug``."""
+    aug = dict(aug or {})
+    out: dict[str, Any] = {}
+    if "rrc_scale" in aug:
+        out["random_resized_crop"] = aug["rrc_scale"] is not None
+        if aug["rrc_scale"] is not None:
+            out["rrc_scale"] = list(aug["rrc_scale"])
+    if "flip" in aug:
+        p = float(aug["flip"])
+        if p not in (0.0, 0.5):
+            raise ValueError(f"evaluation_model.augmentation.flip must be 0 or 0.5, got {p}")
+        out["horizontal_flip"] = p > 0
+    if "color_jitter" in aug:
+        jitter = aug["color_jitter"]
+        out["color_jitter"] = bool(jitter)
+        if jitter:
+            out["jitter"] = dict(jitter)
+    return out
+
+
+class _SummedCE:
+    """The ``defense`` argument of :func:`atat.train.evaluate`: summed CE of plain logits."""
+
+    @staticmethod
+    def eval_loss(model: nn.Module, x: Tensor, y: Tensor) -> tuple[Tensor, Tensor]:
+        logits = model(x)
+        return F.cross_entropy(logits, y, reduction="sum"), logits
+
+
+def _seed(seed: int) -> None:
+    torch.manual_seed(seed)
+    np.random.seed(seed)
+    random.seed(seed)
+
+
+def _recipe(training: Mapping[str, Any] | None) -> dict[str, Any]:
+    p = {**EVAL_TRAINING_DEFAULTS, **dict(training or {})}
+    if any(m >= p["epochs"] for m in p["lr_milestones"]):
+        log.warning("lr milestones %s not below epochs %d: the later ones never apply",
+                    p["lr_milestones"], p["epochs"])
+    return p
+
+
+def _fit(model: nn.Module,
+         loss_fn: Callable[[nn.Module, Tensor, Tensor], tuple[Tensor, Tensor]],
+         train_loader: DataLoader, val_loader: DataLoader, p: Mapping[str, Any],
+         device: torch.device, name: str, progress: bool) -> dict[str, Any]:
+    """Adam + MultiStepLR (stepped per epoch) on a summed loss; validation after every epoch
+    divisible by ``eval_every``; returns the lowest-validation-loss state (strictly lower
+    replaces; the first evaluation always) with the history and wall time."""
+    optimizer = torch.optim.Adam(model.parameters(), lr=p["lr"], betas=tuple(p["betas"]),
+                                 weight_decay=0.0)
+    scheduler = torch.optim.lr_scheduler.MultiStepLR(optimizer, list(p["lr_milestones"]),
+                                                     gamma=p["lr_gamma"])
+    if len(train_loader) == 0:
+        raise ValueError(f"{name}: the training split has fewer images than one batch "
+                         f"({p['batch_size']})")
+    best, history = None, []
+    t0 = time.perf_counter()
+    for epoch in range(p["epochs"]):
+        model.train()
+        loss_sum, n_seen, correct = 0.0, 0, 0
+        bar = tqdm(train_loader, desc=f"{name} epoch {epoch + 1}/{p['epochs']}",
+                   disable=not progress, leave=False, dynamic_ncols=True)
+        for x, y in bar:
+            x, y = x.to(device), y.to(device)
+            optimizer.zero_grad(set_to_none=True)
+            loss, logits = loss_fn(model, x, y)
+            if not torch.isfinite(loss):
+                raise TrainingDivergedError(f"{name}: training loss is {float(loss.detach())} at epoch "
+                                            f"{epoch}; lower the learning rate (lr = {p['lr']})")
+            loss.backward()
+            optimizer.step()
+            batch_loss = float(loss.detach())
+            loss_sum += batch_loss
+            n_seen += len(y)
+            correct += int((logits.detach().argmax(1) == y).sum())
+            bar.set_postfix(loss=f"{batch_loss / len(y):.3f}")
+        record: dict[str, Any] = {"epoch": epoch, "lr": optimizer.param_groups[0]["lr"],
+                                  "train_loss": loss_sum / max(n_seen, 1),
+                                  "train_acc_augmented": correct / max(n_seen, 1)}
+        if epoch % p["eval_every"] == 0:
+            val = evaluate(model, _SummedCE(), val_loader, device)
+            if not np.isfinite(val["loss"]):
+                raise TrainingDivergedError(f"{name}: validation loss is {val['loss']} at "
+                                            f"epoch {epoch}")
+            record.update(val_loss=val["loss"], val_acc=val["acc"])
+            if best is None or val["loss"] < best["val_loss"]:
+                best = {"epoch": epoch, "val_loss": val["loss"], "val_acc": val["acc"],
+                        "state": {k: v.detach().cpu().clone()
+                                  for k, v in model.state_dict().items()}}
+        history.append(record)
+        log.info("%s epoch %d: %s", name, epoch,
+                 {k: round(v, 4) if isinstance(v, float) else v for k, v in record.items()})
+        scheduler.step()
+    if best is None:
+        raise RuntimeError(f"{name}: no validation evaluation happened (epochs = {p['epochs']}, "
+                           f"eval_every = {p['eval_every']})")
+    model.load_state_dict(best["state"])
+    return {"best": best, "history": history, "train_seconds": time.perf_counter() - t0}
+
+
+def _eval_model_loss(model: EvaluationModel, x: Tensor, y: Tensor) -> tuple[Tensor, Tensor]:
+    logits, aux = model.forward_train(x)
+    loss = F.cross_entropy(logits, y, reduction="sum")
+    if aux is not None:
+        loss = loss + F.cross_entropy(aux, y, reduction="sum")
+    return loss, logits
+
+
+def train_evaluation_model(dataset_root: str | Path, *, out_model: str | Path,
+                           out_metrics: str | Path, n_classes: int, resolution: int = 299,
+                           aux_logits: bool = True, weights_path: str | Path | None = None,
+                           training: Mapping[str, Any] | None = None,
+                           augmentation: Mapping[str, Any] | None = None, seed: int = 42,
+                           num_workers: int = 0, device: str | torch.device = "cpu",
+                           progress: bool = True) -> dict[str, Any]:
+    """Train the evaluation model on ``dataset_root`` (a private dataset: train/val/test) as
+    spec §5.2: train loader shuffled with ``drop_last``, the config's augmentation, Adam,
+    MultiStepLR per epoch, CE_sum(main) + CE_sum(aux), lowest-validation-loss checkpoint.
+    Writes the checkpoint (see :func:`load_evaluation_model`) and a metrics JSON with the
+    train (un-augmented), validation and test accuracies; returns the metrics."""
+    device = torch.device(device)
+    p = _recipe(training)
+    _seed(seed)
+    loader_gen = torch.Generator().manual_seed(seed)
+    model = build_evaluation_model(n_classes, aux_logits=aux_logits, weights_path=weights_path,
+                                   resolution=resolution).to(device)
+    aug = eval_augmentation(augmentation)
+    common = dict(resolution=resolution, num_workers=num_workers)
+    train_loader = make_loader(dataset_root, "train", batch_size=p["batch_size"], train=True,
+                               aug=aug, generator=loader_gen, **common)
+    n_data = train_loader.dataset.n_classes
+    if n_data != n_classes:
+        raise ValueError(f"{dataset_root} has {n_data} classes, the evaluation model {n_classes}")
+    val_loader = make_loader(dataset_root, "val", batch_size=p["batch_size"], train=False,
+                             **common)
+    test_loader = make_loader(dataset_root, "test", batch_size=p["batch_size"], train=False,
+                              **common)
+    fit = _fit(model, _eval_model_loss, train_loader, val_loader, p, device,
+               "evaluation model", progress)
+    best = fit["best"]
+    clean_train = make_loader(dataset_root, "train", batch_size=p["batch_size"], train=False,
+                              **common)
+    train_eval = evaluate(model, _SummedCE(), clean_train, device)
+    test = evaluate(model, _SummedCE(), test_loader, device)
+    checkpoint = {
+        "format_version": FORMAT_VERSION, "kind": "evaluation_model",
+        "architecture": "inception_v3", "n_classes": int(n_classes),
+        "resolution": int(resolution), "aux_logits": bool(aux_logits),
+        "transform_input": model.transform_input, "pretrained": weights_path is not None,
+        "state_dict": best["state"], "best_epoch": best["epoch"],
+    }
+    metrics = {
+        "architecture": "inception_v3", "n_classes": int(n_classes), "resolution": int(resolution),
+        "aux_logits": bool(aux_logits), "pretrained": weights_path is not None,
+        "transform_input": model.transform_input, "seed": int(seed),
+        "best_epoch": best["epoch"], "train_loss": train_eval["loss"],
+        "train_acc": train_eval["acc"], "val_loss": best["val_loss"], "val_acc": best["val_acc"],
+        "test_loss": test["loss"], "test_acc": test["acc"], "test_top5": test["top5"],
+        "n_train": train_eval["n"], "n_test": test["n"], "train_seconds": fit["train_seconds"],
+        "training": p, "augmentation": aug, "history": fit["history"], "device": str(device),
+        "versions": versions(),
+    }
+    io.torch_save(checkpoint, out_model)
+    io.write_json(out_metrics, metrics)
+    log.info("evaluation model: train acc %.4f, val acc %.4f, test acc %.4f (best epoch %d)",
+             metrics["train_acc"], metrics["val_acc"], metrics["test_acc"], best["epoch"])
+    return metrics
+
+
+def load_evaluation_model(path: str | Path, device: str | torch.device = "cpu"
+                          ) -> EvaluationModel:
+    """Rebuild a trained evaluation model (eval mode) from :func:`train_evaluation_model`'s
+    checkpoint; ``model.resolution`` / ``model.n_classes`` tell its input size and classes."""
+    ckpt = io.torch_load(path)
+    if ckpt.get("kind") != "evaluation_model":
+        raise ValueError(f"{path} is not an evaluation-model checkpoint")
+    model = build_evaluation_model(ckpt["n_classes"], aux_logits=ckpt["aux_logits"],
+                                   transform_input=ckpt["transform_input"],
+                                   resolution=ckpt["resolution"])
+    model.load_state_dict(ckpt["state_dict"])
+    return model.to(device).eval()
+
+
+# ================================================================== face embedding (§5.4)
+class FaceEmbedding(nn.Module):
+    """Unit-norm penultimate features of a classifier trained on the public identities."""
+
+    def __init__(self, classifier: Classifier, resolution: int):
+        super().__init__()
+        self.classifier = classifier
+        self.resolution = int(resolution)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return F.normalize(self.classifier.features(x), p=2, dim=1)
+
+
+def load_facenet(weights_path: str | Path, device: str | torch.device = "cpu") -> nn.Module:
+    """facenet-pytorch ``InceptionResnetV1(pretrained=None, classify=False)`` with the state
+    dict of ``weights_path`` (e.g. ``20180402-114759-vggface2.pt``; its 8631-way ``logits``
+    layer is dropped, it is unused with ``classify=False``). Eval mode; maps [-1, 1] images
+    (160 px in spec §5.4) to unit-norm 512-d embeddings."""
+    from facenet_pytorch import InceptionResnetV1  # slow import (pulls in MTCNN & co.)
+
+    path = Path(weights_path)
+    if not path.is_file():
+        raise FileNotFoundError(f"FaceNet weights not found: {path}")
+    state = torch.load(path, map_location="cpu", weights_only=True)
+    state = {k: v for k, v in state.items() if not k.startswith("logits.")}
+    net = InceptionResnetV1(pretrained=None, classify=False)
+    net.load_state_dict(state)
+    net.resolution = 160
+    return net.to(device).eval()
+
+
+def load_face_network(path: str | Path, device: str | torch.device = "cpu") -> nn.Module:
+    """The face network of δ_face from ``path``: a public-classifier checkpoint of
+    :func:`train_face_embedding`, or a FaceNet state dict (see :func:`load_facenet`)."""
+    ckpt = torch.load(path, map_location="cpu", weights_only=True)
+    if isinstance(ckpt, Mapping) and ckpt.get("kind") == "public_classifier":
+        classifier = build_model(ckpt["architecture"], ckpt["n_classes"])
+        classifier.load_state_dict(ckpt["state_dict"])
+        return FaceEmbedding(classifier, ckpt["resolution"]).to(device).eval()
+    return load_facenet(path, device)
+
+
+def public_holdout_split(labels: Sequence[int], fraction: float = FACE_HOLDOUT_FRACTION,
+                         seed: int = 0) -> tuple[list[int], list[int]]:
+    """(train, held-out) indices: per identity, a seeded random ``round(fraction · n)`` of its
+    images (at least one when it has two or more) are held out."""
+    gen = torch.Generator().manual_seed(seed)
+    by_label: dict[int, list[int]] = {}
+    for i, y in enumerate(labels):
+        by_label.setdefault(int(y), []).append(i)
+    train, held = [], []
+    for y in sorted(by_label):
+        idx = by_label[y]
+        k = max(1, round(fraction * len(idx))) if len(idx) >= 2 else 0
+        perm = torch.randperm(len(idx), generator=gen).tolist()
+        held += [idx[j] for j in perm[:k]]
+        train += [idx[j] for j in perm[k:]]
+    return sorted(train), sorted(held)
+
+
+def _classifier_loss(model: nn.Module, x: Tensor, y: Tensor) -> tuple[Tensor, Tensor]:
+    logits = model(x)
+    return F.cross_entropy(logits, y, reduction="sum"), logits
+
+
+@torch.no_grad()
+def _embed(net: nn.Module, loader: DataLoader, device: torch.device) -> tuple[Tensor, Tensor]:
+    feats, labels = [], []
+    for x, y in loader:
+        feats.append(net(x.to(device)).float().cpu())
+        labels.append(y)
+    return torch.cat(feats), torch.cat(labels)
+
+
+def train_face_embedding(dataset_dir: str | Path, *, out_model: str | Path,
+                         out_metrics: str | Path, architecture: str = "resnet18",
+                         resolution: int = 64, training: Mapping[str, Any] | None = None,
+                         augmentation: Mapping[str, Any] | None = None, seed: int = 0,
+                         holdout_fraction: float = FACE_HOLDOUT_FRACTION, num_workers: int = 0,
+                         device: str | torch.device = "cpu", progress: bool = True
+                         ) -> dict[str, Any]:
+    """Train the demo face-embedding network: ``architecture`` from scratch on the public pool
+    ``<dataset_dir>/public`` (identities must be disjoint from ``<dataset_dir>/private``),
+    holding out ``holdout_fraction`` of each identity's images for validation (best-val-loss
+    checkpoint). Besides the held-out classification accuracy the metrics report the held-out
+    1-nearest-neighbour identification accuracy in embedding space (gallery = the training
+    images), i.e. how well the embedding separates identities."""
+    device = torch.device(device)
+    root = Path(dataset_dir)
+    public_root, private_root = root / "public", root / "private"
+    p = _recipe(training)
+    _seed(seed)
+    loader_gen = torch.Generator().manual_seed(seed)
+    public_names = set(read_meta(public_root)["class_names"])
+    overlap: list[str] = []
+    if (private_root / "meta.json").exists():
+        overlap = sorted(public_names & set(read_meta(private_root)["class_names"]))
+        if overlap:
+            raise ValueError(f"public pool {public_root} shares identities with the private "
+                             f"data: {overlap[:5]}")
+    full_train = ManifestDataset(public_root, "public",
+                                 build_transform(resolution, train=True, aug=augmentation))
+    full_eval = ManifestDataset(public_root, "public", build_transform(resolution, train=False))
+    train_idx, held_idx = public_holdout_split(full_train.targets, holdout_fraction, seed)
+    if not held_idx:
+        raise ValueError(f"{public_root}: too few images per identity to hold any out")
+    n_classes = full_train.n_classes
+    bs = p["batch_size"]
+    train_loader = DataLoader(Subset(full_train, train_idx), batch_size=bs, shuffle=True,
+                              drop_last=len(train_idx) >= bs, generator=loader_gen,
+                              num_workers=num_workers)
+    val_loader = DataLoader(Subset(full_eval, held_idx), batch_size=bs, num_workers=num_workers)
+    model = build_model(architecture, n_classes).to(device)
+    fit = _fit(model, _classifier_loss, train_loader, val_loader, p, device, "face embedding",
+               progress)
+    best = fit["best"]
+    emb = FaceEmbedding(model, resolution).eval()
+    gallery, g_labels = _embed(emb, DataLoader(Subset(full_eval, train_idx), batch_size=bs),
+                               device)
+    probe, p_labels = _embed(emb, val_loader, device)
+    nearest = torch.cdist(probe, gallery).argmin(dim=1)
+    nn_acc = float((g_labels[nearest] == p_labels).float().mean())
+    checkpoint = {
+        "format_version": FORMAT_VERSION, "kind": "public_classifier",
+        "architecture": architecture, "n_classes": int(n_classes),
+        "resolution": int(resolution), "state_dict": best["state"], "best_epoch": best["epoch"],
+    }
+    metrics = {
+        "source": "public_classifier", "architecture": architecture,
+        "n_identities": int(n_classes), "resolution": int(resolution), "seed": int(seed),
+        "n_train": len(train_idx), "n_heldout": len(held_idx),
+        "holdout_fraction": float(holdout_fraction), "identity_overlap_with_private": len(overlap),
+        "best_epoch": best["epoch"], "heldout_loss": best["val_loss"],
+        "heldout_acc": best["val_acc"], "heldout_nn_acc": nn_acc,
+        "train_seconds": fit["train_seconds"], "training": p,
+        "augmentation": copy.deepcopy(dict(augmentation)) if augmentation else None,
+        "history": fit["history"], "device": str(device), "versions": versions(),
+    }
+    io.torch_save(checkpoint, out_model)
+    io.write_json(out_metrics, metrics)
+    log.info("face embedding: held-out acc %.4f, held-out 1-NN acc %.4f (best epoch %d)",
+             metrics["heldout_acc"], nn_acc, best["epoch"])
+    return metrics

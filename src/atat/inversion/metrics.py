@@ -1,0 +1,201 @@
+"""Attack-success metrics of the final attack images (spec ``attacks.md`` §5.3-5.5).
+
+:class:`Evaluator` implements the ``Scorer`` protocol of :mod:`atat.inversion.core`: it maps
+generator images in [-1, 1] ([N, 3, R, R]) and their target classes to per-image
+
+* ``correct_top1`` / ``correct_top5`` — the target is the eval model's argmax / among its
+  top-k logits, k = min(5, n_classes) (§5.3);
+* ``evalconf`` — softmax(eval logits)[target] (§5.3 "total_avg_conf");
+* ``dist_eval`` — squared L2 distance, in the eval model's 2048-d feature space, to the
+  nearest *training* image of the target class (§5.5);
+* ``dist_face`` — the same with the unit-norm face embeddings (§5.4; range [0, 4]); NaN when
+  no face network is used (non-face datasets, paper I.2).
+
+Attack images are center-cropped (the generator's crop) and resized (bilinear, antialias) to
+each network's resolution; the real images are the private training split (the 72% subset,
+§5.1) of the attacked classes resized to the network resolution, embedded once.
+:func:`summarize` pools the per-image values (means over images, §5.3-5.5).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from typing import Any, Mapping, Sequence
+
+import torch
+from torch import Tensor, nn
+from torch.utils.data import DataLoader, Subset
+
+from atat.data.loading import ManifestDataset, build_transform
+from atat.inversion.core import SCORE_COLUMNS, preprocess
+
+__all__ = ["DEFAULT_FACE_NOTE", "Evaluator", "min_sq_dist", "summarize"]
+
+DEFAULT_FACE_NOTE = ("dist_face (δ_face) not computed: no face-embedding network for this "
+                     "dataset (not a face dataset); dist_eval (δ_eval) is the face-free distance "
+                     "(paper App. I.2)")
+_CHUNK_ELEMENTS = 1 << 24  # bound on the [rows, K, D] difference tensor of min_sq_dist
+
+
+def min_sq_dist(feats: Tensor, targets: Tensor, real: Mapping[int, Tensor]) -> Tensor:
+    """Per row i: min over ``real[targets[i]]`` ([K, D]) of ‖feats[i] − r‖² (exact
+    differences, no ‖a‖² + ‖b‖² − 2ab cancellation)."""
+    out = torch.empty(len(feats), dtype=feats.dtype, device=feats.device)
+    for t in targets.unique().tolist():
+        if t not in real:
+            raise KeyError(f"no training images of class {t} were embedded "
+                           f"(classes: {sorted(real)[:10]}...)")
+        ref = real[t]
+        idx = (targets == t).nonzero().squeeze(1)
+        step = max(1, _CHUNK_ELEMENTS // max(1, ref.numel()))
+        for i in range(0, len(idx), step):
+            sub = idx[i:i + step]
+            d = (feats[sub, None, :] - ref[None]).pow(2).sum(-1)
+            out[sub] = d.min(dim=1).values
+    return out
+
+
+class _TwoViews:
+    """Picklable transform giving one PIL image as (eval-resolution, face-resolution) tensors."""
+
+    def __init__(self, first, second):
+        self.first, self.second = first, second
+
+    def __call__(self, img):
+        return self.first(img), (self.second(img) if self.second is not None else torch.empty(0))
+
+
+class Evaluator:
+    """Scorer of spec §5.3-5.5 (see module doc).
+
+    ``eval_model``: a module with ``features(x)`` → [N, D] and ``head(features)`` → logits
+    (:class:`atat.inversion.evaluation.EvaluationModel`, or any :class:`atat.models.Classifier`);
+    ``face_model``: x → [N, d] unit-norm embeddings, or ``None`` (``dist_face`` = NaN).
+    ``real``: the private dataset root (its ``train`` split is read, PIL-resized to each network
+    resolution as the eval transform does) or a pair (images [M, 3, H, W] in [-1, 1], labels
+    [M]) resized here with :func:`atat.inversion.core.preprocess` (no crop). ``classes``
+    restricts the real images to the attacked classes (``None``: all). Resolutions default to
+    the models' ``resolution`` attribute. Both models are put in eval mode.
+    """
+
+    def __init__(self, eval_model: nn.Module, face_model: nn.Module | None = None, *,
+                 real: str | os.PathLike[str] | tuple[Tensor, Tensor],
+                 center_crop: int | None = None, eval_resolution: int | None = None,
+                 face_resolution: int | None = None, classes: Sequence[int] | None = None,
+                 batch_size: int = 64, device: str | torch.device = "cpu", num_workers: int = 0,
+                 face_metric_note: str | None = None):
+        self.device = torch.device(device)
+        self.eval_model = eval_model.to(self.device).eval()
+        self.face_model = face_model.to(self.device).eval() if face_model is not None else None
+        self.center_crop = center_crop
+        self.eval_resolution = int(eval_resolution or getattr(eval_model, "resolution"))
+        self.face_resolution = None
+        if face_model is not None:
+            self.face_resolution = int(face_resolution or getattr(face_model, "resolution"))
+        self.batch_size = int(batch_size)
+        self.face_metric_note = None if face_model is not None else (face_metric_note
+                                                                     or DEFAULT_FACE_NOTE)
+        wanted = None if classes is None else sorted({int(c) for c in classes})
+        self.real_eval, self.real_face = self._embed_real(real, wanted, num_workers)
+        if wanted is not None:
+            missing = [c for c in wanted if c not in self.real_eval]
+            if missing:
+                raise ValueError(f"no training images of attacked class(es) {missing[:10]}")
+        self.classes = sorted(self.real_eval)
+
+    # ------------------------------------------------------------------ networks
+    def _eval_forward(self, x: Tensor) -> tuple[Tensor, Tensor]:
+        feats = self.eval_model.features(x).float()
+        return self.eval_model.head(feats).float(), feats
+
+    def _face_forward(self, x: Tensor) -> Tensor:
+        return self.face_model(x).float()
+
+    # ------------------------------------------------------------------ real images
+    @torch.no_grad()
+    def _embed_real(self, real, wanted, num_workers):
+        eval_parts: dict[int, list[Tensor]] = {}
+        face_parts: dict[int, list[Tensor]] = {}
+
+        def add(x_eval: Tensor, x_face: Tensor | None, y: Tensor) -> None:
+            _, fe = self._eval_forward(x_eval.to(self.device))
+            ff = self._face_forward(x_face.to(self.device)) if x_face is not None else None
+            for c in y.unique().tolist():
+                m = (y == c).to(self.device)
+                eval_parts.setdefault(c, []).append(fe[m])
+                if ff is not None:
+                    face_parts.setdefault(c, []).append(ff[m])
+
+        if isinstance(real, (tuple, list)):
+            images, labels = real
+            labels = torch.as_tensor(labels).long().cpu()
+            keep = torch.ones(len(labels), dtype=torch.bool) if wanted is None else \
+                torch.isin(labels, torch.tensor(wanted, dtype=torch.long))
+            images, labels = images[keep], labels[keep]
+            for i in range(0, len(labels), self.batch_size):
+                x = images[i:i + self.batch_size].float()
+                x_face = (preprocess(x, None, self.face_resolution)
+                          if self.face_model is not None else None)
+                add(preprocess(x, None, self.eval_resolution), x_face,
+                    labels[i:i + self.batch_size])
+        else:
+            tf = _TwoViews(build_transform(self.eval_resolution, train=False),
+                           build_transform(self.face_resolution, train=False)
+                           if self.face_model is not None else None)
+            ds = ManifestDataset(real, "train", tf)
+            keep_set = None if wanted is None else set(wanted)
+            idx = [i for i, y in enumerate(ds.targets) if keep_set is None or y in keep_set]
+            loader = DataLoader(Subset(ds, idx), batch_size=self.batch_size,
+                                num_workers=num_workers)
+            for (x_eval, x_face), y in loader:
+                add(x_eval, x_face if self.face_model is not None else None, y)
+        real_eval = {c: torch.cat(v) for c, v in eval_parts.items()}
+        real_face = ({c: torch.cat(v) for c, v in face_parts.items()}
+                     if self.face_model is not None else None)
+        return real_eval, real_face
+
+    # ------------------------------------------------------------------ scoring
+    @torch.no_grad()
+    def __call__(self, images: Tensor, targets: Tensor) -> dict[str, Tensor]:
+        targets = torch.as_tensor(targets).long()
+        out: dict[str, list[Tensor]] = {c: [] for c in SCORE_COLUMNS}
+        for i in range(0, len(targets), self.batch_size):
+            x = images[i:i + self.batch_size].to(self.device, torch.float32)
+            t = targets[i:i + self.batch_size].to(self.device)
+            logits, feats = self._eval_forward(preprocess(x, self.center_crop,
+                                                          self.eval_resolution))
+            k = min(5, logits.shape[1])
+            out["correct_top1"].append((logits.argmax(dim=1) == t).float())
+            out["correct_top5"].append((logits.topk(k, dim=1).indices == t[:, None])
+                                       .any(dim=1).float())
+            out["evalconf"].append(logits.softmax(dim=1).gather(1, t[:, None]).squeeze(1))
+            out["dist_eval"].append(min_sq_dist(feats, t, self.real_eval))
+            if self.face_model is not None:
+                emb = self._face_forward(preprocess(x, self.center_crop, self.face_resolution))
+                out["dist_face"].append(min_sq_dist(emb, t, self.real_face))
+            else:
+                out["dist_face"].append(torch.full((len(t),), math.nan, device=self.device))
+        return {c: (torch.cat(v).float().cpu() if v else torch.empty(0)) for c, v in out.items()}
+
+    def summarize(self, frame) -> dict[str, Any]:
+        return summarize(frame, self.face_metric_note)
+
+
+def summarize(frame, face_metric_note: str | None = None) -> dict[str, Any]:
+    """Pooled means over the images of ``frame`` (``ResultAccumulator.frame()``): attacc1,
+    attacc5, evalconf, dist_face, dist_eval. A NaN value of a column (not computed) keeps the
+    mean NaN; when ``dist_face`` is NaN the dict also carries ``face_metric_note`` saying why.
+    (Pooled means equal per-target means when every target has the same number of images,
+    spec §5.3/§7.)"""
+    names = {"attacc1": "correct_top1", "attacc5": "correct_top5", "evalconf": "evalconf",
+             "dist_face": "dist_face", "dist_eval": "dist_eval"}
+    out: dict[str, Any] = {}
+    for key, col in names.items():
+        if col in frame.columns and len(frame):
+            out[key] = float(frame[col].astype(float).mean(skipna=False))
+        else:
+            out[key] = math.nan
+    if math.isnan(out["dist_face"]):
+        out["face_metric_note"] = face_metric_note or DEFAULT_FACE_NOTE
+    return out

@@ -1,0 +1,157 @@
+"""One inversion job: load the target model, the generator prior, the evaluation and face
+networks, run the configured attack, and write its outputs atomically (metrics last, so a
+job that dies leaves no file Snakemake would accept as complete)."""
+
+from __future__ import annotations
+
+import logging
+import math
+import platform
+import time
+from pathlib import Path
+from typing import Any, Mapping
+
+import pandas as pd
+import torch
+from torch import nn
+
+from atat import io
+from atat.train import load_model
+
+from .core import target_classes
+from .evaluation import load_evaluation_model, load_face_network
+from .metrics import Evaluator
+from .stylegan2 import Discriminator, Generator
+
+log = logging.getLogger(__name__)
+
+ID_COLUMNS = ["dataset", "architecture", "defense", "seed", "attack"]
+
+NOT_A_FACE_DATASET = ("not computed: not a face dataset (paper I.2: δ_eval, the evaluation "
+                      "model's feature distance, is the distance metric here)")
+
+
+class TargetLogits(nn.Module):
+    """The attacked model as the attacker queries it: [-1, 1] images → logits, through the
+    defense's inference path (e.g. Unseen-Pixels' input mask, MID's bottleneck)."""
+
+    def __init__(self, model: nn.Module, defense: Any):
+        super().__init__()
+        self.model = model
+        self.defense = defense
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.defense.logits(self.model, x)
+
+
+def _discriminator(path: str | Path) -> Discriminator | None:
+    try:
+        return Discriminator.from_pickle(path)
+    except KeyError:
+        log.warning("%s has no discriminator 'D': PPDG's projection runs without its D term",
+                    path)
+        return None
+
+
+def run_inversion(*, attack: str, params: Mapping[str, Any], ids: Mapping[str, Any],
+                  model_path: str | Path, generator_path: str | Path,
+                  evaluation_path: str | Path, dataset_dir: str | Path,
+                  face_path: str | Path | None, faces: bool,
+                  perceptual: Mapping[str, Any] | None, out_per_image: str | Path,
+                  out_metrics: str | Path, out_images: str | Path, out_latents: str | Path,
+                  resume_dir: str | Path | None = None, device: str = "cpu",
+                  progress: bool = True) -> dict[str, Any]:
+    start = time.time()
+    model, defense, ckpt = load_model(model_path, device)
+    target = TargetLogits(model, defense).eval()
+    G = Generator.from_pickle(generator_path).to(device)
+    if G.img_channels != 3:
+        raise ValueError(f"{generator_path}: the generator makes {G.img_channels}-channel images")
+    evaluation = load_evaluation_model(evaluation_path, device)
+    if evaluation.n_classes != int(params["n_classes"]):
+        raise ValueError(f"{evaluation_path}: evaluation model has {evaluation.n_classes} classes, "
+                         f"the dataset {params['n_classes']}")
+    face_net = load_face_network(face_path, device) if (faces and face_path) else None
+    classes = target_classes(params["targets"], int(params["n_classes"]),
+                             params.get("dataset_kind", ""), int(params["seed"]),
+                             first_k=(attack == "ifgmi"))
+    scorer = Evaluator(evaluation, face_net, real=Path(dataset_dir) / "private",
+                       center_crop=params.get("center_crop"), classes=classes, device=device,
+                       face_metric_note=None if faces else NOT_A_FACE_DATASET)
+    log.info("%s on %s: %d target classes", attack, ckpt["model_id"], len(classes))
+
+    if attack == "ppa":
+        from .ppa import run_ppa
+
+        result = run_ppa(G, target, params, scorer, device=device, resume_dir=resume_dir,
+                         progress=progress)
+    elif attack == "ifgmi":
+        from .ifgmi import run_ifgmi
+
+        result = run_ifgmi(G, target, params, scorer, device=device, resume_dir=resume_dir,
+                           progress=progress, log=log.info)
+    elif attack == "ppdg":
+        from .perceptual import build_perceptual
+        from .ppdg import run_ppdg
+
+        perceptual = dict(perceptual or {})
+        kind = params["perceptual"]
+        if kind == "vgg16_lpips":
+            net = build_perceptual(kind, vgg_weights=perceptual["vgg"],
+                                   lpips_weights=perceptual["lin"])
+        else:
+            net = build_perceptual(kind, module=load_face_network(perceptual["embedding"], device))
+        result = run_ppdg(G, _discriminator(generator_path), target, params, scorer,
+                          net.to(device), device=device, resume_dir=resume_dir,
+                          progress=progress, log=log.info)
+    else:
+        raise ValueError(f"unknown inversion attack '{attack}' (known: ppa, ifgmi, ppdg)")
+
+    frame: pd.DataFrame = result["frame"]
+    summary = scorer.summarize(frame)
+    summary["n_images"] = int(len(frame))
+    summary["n_classes_attacked"] = len(classes)
+    summary["chance_attacc1"] = 1.0 / int(params["n_classes"])
+    per_image = frame.copy()
+    for i, col in enumerate(ID_COLUMNS):
+        per_image.insert(i, col, ids[col])
+    extras = {k: v for k, v in result.items()
+              if k in ("best_stage", "stage_attacc1", "selection_note", "stage_summary",
+                       "round_metrics", "avg_target_conf", "note")}
+    record = {
+        **dict(ids), "summary": _finite(summary), "details": _finite(extras),
+        "params": dict(params), "model_id": ckpt["model_id"], "seconds": time.time() - start,
+        "device": device, "torch": torch.__version__, "python": platform.python_version(),
+    }
+    with io.atomic_path(out_per_image) as tmp:
+        per_image.to_csv(tmp, index=False)
+    io.torch_save(result["best_images"], out_images)
+    io.torch_save({"w": result["final_w"], "targets": result["targets"]}, out_latents)
+    io.write_json(out_metrics, record)
+    log.info("%s %s: AttAcc@1 %.4f AttAcc@5 %.4f EvalConf %.4f δ_face %s δ_eval %.4f "
+             "(chance %.4f, %d images, %.0f s)", attack, ckpt["model_id"], summary["attacc1"],
+             summary["attacc5"], summary["evalconf"], summary["dist_face"],
+             summary["dist_eval"], summary["chance_attacc1"], len(frame), record["seconds"])
+    return record
+
+
+def _finite(obj: Any) -> Any:
+    """JSON-safe copy: NaN/inf → None, tensors → lists."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, torch.Tensor):
+        return _finite(obj.tolist())
+    if isinstance(obj, Mapping):
+        return {str(k): _finite(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_finite(v) for v in obj]
+    return obj
+
+
+def concat_per_image(paths: list[str | Path], out_path: str | Path) -> pd.DataFrame:
+    """Concatenate the per-image tables of every inversion job into one long table."""
+    frames = [pd.read_csv(p) for p in paths]
+    df = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+    with io.atomic_path(out_path) as tmp:
+        df.to_csv(tmp, index=False)
+    return df

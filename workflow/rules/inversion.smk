@@ -1,0 +1,319 @@
+# Stage 5: model inversion (paper §2, A.5; spec attacks.md). One job per (model, attack);
+# each job writes the per-image scores of its final images, the summary metrics, one
+# reconstruction per class (highest evaluation confidence, for the grid figures) and the
+# final latents. Per-batch/per-class progress lives under results/.resume/inversion/ (not
+# declared, so a failed job keeps it and a rerun continues).
+
+from atat.config import inversion_params  # noqa: E402
+
+TRAINED_GENERATORS = [n for n, g in config.get("generators", {}).items() if "train" in g]
+INV_RUNS = [r for r in RUNS] if INV_ATTACKS else []
+
+INV_DIR = "results/inversion/{dataset}/{arch}/{defense}/seed{seed}/{attack}"
+
+
+wildcard_constraints:
+    attack=_alt(INV_ATTACKS or ["ppa", "ifgmi", "ppdg"]),
+    generator=_alt(config.get("generators", {})),
+
+
+def inversion_targets():
+    if not INV_ATTACKS:
+        return []
+    out = [f"results/inversion/{r.path}/{a}/metrics.json" for r in INV_RUNS for a in INV_ATTACKS]
+    out.append("results/inversion/per_image.csv")
+    cells = sorted({(r.dataset, r.architecture) for r in INV_RUNS if r.replicate is None})
+    out += [f"results/figures/reconstructions_{d}_{a}_{atk}.png" for d, a in cells
+            for atk in INV_ATTACKS]
+    return out
+
+
+TARGET_FUNCTIONS.append(inversion_targets)
+
+
+def inversion_inputs(wildcards):
+    ds = wildcards.dataset
+    inputs = dict(
+        model=f"results/models/{ds}/{wildcards.arch}/{wildcards.defense}/seed{wildcards.seed}/model.pt",
+        dataset=dataset_dir(ds),
+        generator=generator_file(config["datasets"][ds]["generator"]),
+        evaluation=f"results/evaluation/{ds}/model.pt",
+    )
+    face = face_network_file(ds)
+    if face:
+        inputs["face"] = face
+    if wildcards.attack == "ppdg":
+        kind = inversion_params(config, ds, wildcards.arch, wildcards.defense, "ppdg")["perceptual"]
+        if kind == "vgg16_lpips":
+            files = lpips_files()
+            inputs["perceptual_vgg"] = files["vgg"]
+            inputs["perceptual_lin"] = files["lin"]
+        else:
+            inputs["perceptual_embedding"] = f"results/face_embedding/{ds}/model.pt"
+    return inputs
+
+
+rule train_generator:
+    # Embedded default: the attacker's image prior, a small StyleGAN2 (same Generator class as
+    # the official priors) trained on the dataset's PUBLIC pool (identities disjoint from the
+    # private ones). At full scale the generators are downloaded instead (rule stylegan_weights).
+    input:
+        dataset=lambda wc: dataset_dir(config["generators"][wc.generator]["train"]["dataset"]),
+    output:
+        "results/generators/{generator}.pkl",
+    wildcard_constraints:
+        generator=_alt(TRAINED_GENERATORS),
+    params:
+        train=lambda wc: config["generators"][wc.generator]["train"],
+        resolution=lambda wc: dataset_resolution(config["generators"][wc.generator]["train"]["dataset"]),
+    log:
+        "logs/inversion/train_generator_{generator}.log",
+    benchmark:
+        "benchmarks/inversion/train_generator_{generator}.tsv"
+    threads: 4
+    resources:
+        gpu=1,
+        mem_mb=16000,
+        runtime=24 * 60,
+    conda:
+        "../../envs/torch.yaml"
+    script:
+        "../scripts/train_generator.py"
+
+
+rule invert:
+    input:
+        unpack(inversion_inputs),
+    output:
+        per_image=f"{INV_DIR}/per_image.csv",
+        metrics=f"{INV_DIR}/metrics.json",
+        images=f"{INV_DIR}/best_images.pt",
+        latents=f"{INV_DIR}/final_w.pt",
+    params:
+        attack=lambda wc: inversion_params(config, wc.dataset, wc.arch, wc.defense, wc.attack),
+        evaluation=lambda wc: config["evaluation_model"],
+        face=lambda wc: config["face_embedding"],
+        faces=lambda wc: bool(config["datasets"][wc.dataset].get("faces", False)),
+        resume="results/.resume/inversion/{dataset}/{arch}/{defense}/seed{seed}/{attack}",
+        ids=lambda wc: dict(dataset=wc.dataset, architecture=wc.arch, defense=wc.defense,
+                            seed=int(wc.seed), attack=wc.attack),
+    log:
+        "logs/inversion/{dataset}/{arch}/{defense}/seed{seed}/{attack}.log",
+    benchmark:
+        "benchmarks/inversion/{dataset}/{arch}/{defense}/seed{seed}/{attack}.tsv"
+    threads: 8
+    resources:
+        gpu=1,
+        mem_mb=48000,
+        runtime=24 * 60,
+    conda:
+        "../../envs/torch.yaml"
+    script:
+        "../scripts/invert.py"
+
+
+rule inversion_per_image:
+    # One long table of every attacked image (dataset, architecture, defense, seed, attack,
+    # class, correct_top1, correct_top5, evalconf, dist_face, dist_eval): the input of the
+    # Wilson / per-class t intervals of Tables 23-28.
+    input:
+        lambda wc: [f"results/inversion/{r.path}/{a}/per_image.csv"
+                    for r in INV_RUNS for a in INV_ATTACKS],
+    output:
+        "results/inversion/per_image.csv",
+    log:
+        "logs/inversion/per_image.log",
+    benchmark:
+        "benchmarks/inversion/per_image.tsv"
+    threads: 1
+    resources:
+        mem_mb=3000,
+        runtime=30,
+    conda:
+        "../../envs/stats.yaml"
+    script:
+        "../scripts/inversion_per_image.py"
+
+
+def grid_models(wildcards):
+    """best_images.pt of every (non-replicate) model of one (dataset, architecture) cell."""
+    return {r.defense: f"results/inversion/{r.path}/{wildcards.attack}/best_images.pt"
+            for r in INV_RUNS if r.replicate is None and r.dataset == wildcards.dataset
+            and r.architecture == wildcards.arch and r.seed == config["seeds"][0]}
+
+
+rule figure_reconstructions:
+    # Paper Fig. 3/6: a training image of each shown class beside every defense's
+    # reconstruction of it (the image of maximum evaluation confidence: not cherry-picked).
+    input:
+        images=lambda wc: list(grid_models(wc).values()),
+        dataset=lambda wc: dataset_dir(wc.dataset),
+    output:
+        report(
+            "results/figures/reconstructions_{dataset}_{arch}_{attack}.png",
+            caption="../report/figure_reconstructions.rst",
+            category="Figures",
+            subcategory="Reconstructions (Fig. 3, 6)",
+            labels={"dataset": "{dataset}", "architecture": "{arch}", "attack": "{attack}"},
+        ),
+    params:
+        models=grid_models,
+    log:
+        "logs/figures/reconstructions_{dataset}_{arch}_{attack}.log",
+    benchmark:
+        "benchmarks/figures/reconstructions_{dataset}_{arch}_{attack}.tsv"
+    threads: 1
+    resources:
+        mem_mb=3000,
+        runtime=10,
+    conda:
+        "../../envs/stats.yaml"
+    script:
+        "../scripts/figure_reconstructions.py"
+
+
+# --- paper §3: Table 2 (rote memorisation) and Table 3 (Unseen-Pixels), from summary.csv ---
+def _defenses_where(pred):
+    return [n for n, d in config["defenses"].items() if pred(d)]
+
+
+def _training(d):
+    return d.get("training", {})
+
+
+PERMUTED = _defenses_where(lambda d: _training(d).get("permute_labels_seed") is not None)
+PLAIN_NODEF = _defenses_where(lambda d: d["type"] == "nodef" and not _training(d).get(
+    "permute_labels_seed") and _training(d).get("stop_at_val_acc") is None)
+SECTION3_ROLES = {
+    "Unseen-Pixels": _defenses_where(lambda d: d["type"] == "pixel_mask"
+                                     and d.get("stage") == "retrain"),
+    "NoDef": PLAIN_NODEF,
+    "NoDef (early-stopped)": _defenses_where(lambda d: d["type"] == "nodef"
+                                             and _training(d).get("stop_at_val_acc") is not None),
+    "TL-DMI": _defenses_where(lambda d: d["type"] == "tldmi"),
+}
+
+
+def section3_targets():
+    if "ppa" not in INV_ATTACKS:
+        return []
+    trained = {r.defense for r in RUNS}
+    out = []
+    if trained & set(PERMUTED):
+        out += expand("results/tables/table2.{ext}", ext=["csv", "md", "tex"])
+    if trained & set(SECTION3_ROLES["Unseen-Pixels"]):
+        out += expand("results/tables/table3.{ext}", ext=["csv", "md", "tex"])
+    return out
+
+
+TARGET_FUNCTIONS.append(section3_targets)
+
+
+rule table2:
+    input:
+        summary="results/summary.csv",
+    output:
+        report(
+            "results/tables/table2.csv",
+            caption="../report/table2.rst",
+            category="Tables",
+            subcategory="Main text",
+            labels={"table": "2"},
+        ),
+        "results/tables/table2.md",
+        "results/tables/table2.tex",
+    params:
+        permuted=PERMUTED,
+        true_labels=PLAIN_NODEF,
+    log:
+        "logs/tables/table2.log",
+    benchmark:
+        "benchmarks/tables/table2.tsv"
+    threads: 1
+    resources:
+        mem_mb=3000,
+        runtime=10,
+    conda:
+        "../../envs/stats.yaml"
+    script:
+        "../scripts/section3_tables.py"
+
+
+rule table3:
+    input:
+        summary="results/summary.csv",
+    output:
+        report(
+            "results/tables/table3.csv",
+            caption="../report/table3.rst",
+            category="Tables",
+            subcategory="Main text",
+            labels={"table": "3"},
+        ),
+        "results/tables/table3.md",
+        "results/tables/table3.tex",
+    params:
+        roles=SECTION3_ROLES,
+    log:
+        "logs/tables/table3.log",
+    benchmark:
+        "benchmarks/tables/table3.tsv"
+    threads: 1
+    resources:
+        mem_mb=3000,
+        runtime=10,
+    conda:
+        "../../envs/stats.yaml"
+    script:
+        "../scripts/section3_tables.py"
+
+
+def _unseen_cells():
+    names = set(SECTION3_ROLES["Unseen-Pixels"])
+    return [r for r in RUNS if r.defense in names and r.replicate is None
+            and r.seed == config["seeds"][0]]
+
+
+def figure1_targets():
+    if "ppa" not in INV_ATTACKS:
+        return []
+    return [f"results/figures/figure1_unseen_pixels_{r.dataset}_{r.architecture}.png"
+            for r in _unseen_cells()]
+
+
+TARGET_FUNCTIONS.append(figure1_targets)
+
+
+def _unseen_run(wildcards):
+    for r in _unseen_cells():
+        if r.dataset == wildcards.dataset and r.architecture == wildcards.arch:
+            return r
+    raise WorkflowError(f"no Unseen-Pixels model for {wildcards.dataset}/{wildcards.arch}")
+
+
+rule figure1:
+    # Paper Fig. 1: original, pixel-deleted (as the Unseen-Pixels model saw it) and PPA
+    # reconstruction from the Unseen-Pixels model.
+    input:
+        model=lambda wc: f"{model_dir(_unseen_run(wc))}/model.pt",
+        images=lambda wc: f"results/inversion/{_unseen_run(wc).path}/ppa/best_images.pt",
+        dataset=lambda wc: dataset_dir(wc.dataset),
+    output:
+        report(
+            "results/figures/figure1_unseen_pixels_{dataset}_{arch}.png",
+            caption="../report/figure1.rst",
+            category="Figures",
+            labels={"figure": "1", "cell": "{dataset}/{arch}"},
+        ),
+    log:
+        "logs/figures/figure1_{dataset}_{arch}.log",
+    benchmark:
+        "benchmarks/figures/figure1_{dataset}_{arch}.tsv"
+    threads: 1
+    resources:
+        mem_mb=3000,
+        runtime=10,
+    conda:
+        "../../envs/stats.yaml"
+    script:
+        "../scripts/figure1.py"

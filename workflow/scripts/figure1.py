@@ -1,0 +1,11 @@
+"""Snakemake adapter: paper Figure 1 (Unseen-Pixels: original, masked, reconstruction)."""
+
+from _common import setup
+
+setup(snakemake)  # noqa: F821
+
+from atat.figures import unseen_pixels_figure  # noqa: E402
+
+sm = snakemake  # noqa: F821
+unseen_pixels_figure(sm.input.model, f"{sm.input.dataset}/private", sm.input.images,
+                     sm.output[0])
