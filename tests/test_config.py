@@ -95,6 +95,19 @@ BAD = [
     ("milestone beyond training", ("training", "lr_milestones"), [5, 50],
      ["training.lr_milestones"]),
     ("unknown attack", ("autoattack", "attacks"), ["apgd-ce", "cw"], ["autoattack.attacks.1"]),
+    ("unknown inversion attack", ("inversion", "attacks"), ["ppa", "gmi"],
+     ["inversion.attacks.1"]),
+    ("undefined generator", ("datasets", "synthfaces", "generator"), "stylegan3",
+     ["datasets.synthfaces.generator", "stylegan3"]),
+    ("more selected than candidates", ("inversion", "ppa", "final_selection",
+                                       "samples_per_target"), 50,
+     ["final_selection.samples_per_target", "num_candidates"]),
+    ("more targets than classes", ("inversion", "targets"), 75, ["targets = 75", "20 classes"]),
+    ("unknown inversion loss", ("inversion", "ppa", "loss"), "hinge", ["inversion.ppa.loss"]),
+    ("missing evaluation model", ("evaluation_model",), DELETE, ["evaluation_model"]),
+    ("generator trained on a real dataset", ("generators", "synthfaces_public", "train",
+                                             "dataset"), "nowhere",
+     ["generators.synthfaces_public.train.dataset", "nowhere"]),
 ]
 
 
@@ -104,6 +117,18 @@ def test_bad_config_is_rejected_naming_the_key(demo, desc, path, value, words):
         validate_config(mutate(demo, path, value))
     for word in words:
         assert word in str(info.value), (word, str(info.value))
+
+
+def test_inversion_overrides_apply_per_cell():
+    from atat.config import inversion_params
+    paper = load_config(PAPER)
+    dogs = inversion_params(paper, "stanford_dogs", "resnet18", "nodef", "ppa")
+    assert dogs["steps"] == 100 and dogs["lr"] == 0.01 and dogs["center_crop"] is None
+    fs = inversion_params(paper, "facescrub", "resnet152", "nodef", "ppa")
+    assert fs["steps"] == 50 and fs["center_crop"] == 800 and fs["targets"] == "all"
+    assert inversion_params(paper, "facescrub", "resnet18", "bido_lx1e3", "ppa")["targets"] == 75
+    assert inversion_params(paper, "celeba", "resnet18", "nodef", "ppdg")["targets"] == 75
+    assert inversion_params(paper, "celeba", "resnet18", "nodef", "ifgmi")["steps"] == [70, 25, 25, 25]
 
 
 def test_overrides_apply_per_cell(demo):
