@@ -15,7 +15,7 @@ datasets:
     resolution: 32
     n_classes: 4
     synthetic: {n_private_identities: 4, n_public_identities: 2, images_per_identity: 12,
-                public_images_per_identity: 2, seed: 1}
+                public_images_per_identity: 6, seed: 1}
 training: {epochs: 2, lr_milestones: [1], batch_size: 16, eval_batch_size: 3}
 grid:
   - datasets: [synthfaces]
@@ -30,6 +30,11 @@ autoattack:
     apgd_t: {n_iter: 2, n_target_classes: 1, n_restarts: 1}
     fab: {n_iter: 2, n_target_classes: 1, n_restarts: 1}
     square: {n_queries: 5, p_init: 0.8}
+"""
+
+# Model inversion shrunk to seconds: a 4-step prior, 1-epoch evaluation/face networks, two
+# target classes, a handful of candidates and steps per attack.
+TINY_INVERSION = """
 generators:
   synthfaces_public:
     train: {dataset: synthfaces, steps: 4, batch_size: 2, z_dim: 8, w_dim: 8, mapping_layers: 1,
@@ -57,6 +62,7 @@ inversion:
     tune_steps: 2
     final_selection: {samples_per_target: 2, iterations: 2}
 """
+TINY += TINY_INVERSION
 
 
 ALL_DEFENSES = """
