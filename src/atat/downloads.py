@@ -216,7 +216,7 @@ def fetch_weights(kind: str, url: str, dest: str | Path, *, key: str | None = No
     content :class:`WeightFileError`.  Without a sha256 in the lock file, the sha256 and size
     are recorded there (for review and commit).
     """
-    from atat.data.prepare import DEFAULT_LOCK_FILE, _now, _record_in_lock, load_lock, verify_file
+    from atat.data.prepare import DEFAULT_LOCK_FILE, load_lock, record_first_checksum, verify_file
 
     if kind not in WEIGHT_CHECKS:
         raise ValueError(f"unknown weight kind {kind!r}; expected one of {sorted(WEIGHT_CHECKS)}")
@@ -251,15 +251,6 @@ def fetch_weights(kind: str, url: str, dest: str | Path, *, key: str | None = No
         if downloaded and src.exists():
             src.unlink()
     if not expected.get("sha256"):
-        origin = f"first download from {url}" if downloaded else "first use of the file found in place"
-        fields = {"sha256": actual["sha256"], "size": actual["size"], "url": url,
-                  "recorded": f"{_now()} {origin}"}
-        try:
-            _record_in_lock(lock_file, key, fields)
-            log.warning("recorded sha256 %s, size %d for %s in %s -- please review and commit",
-                        actual["sha256"], actual["size"], key, lock_file)
-        except OSError as e:
-            log.warning("could not record the checksum of %s in %s (%s): sha256 %s, size %d",
-                        key, lock_file, e, actual["sha256"], actual["size"])
+        record_first_checksum(lock_file, key, actual, url, downloaded, with_url=True)
     log.info("verified %s (sha256 %s, %d bytes)", dest, actual["sha256"], actual["size"])
     return dest

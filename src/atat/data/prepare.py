@@ -287,6 +287,22 @@ def _record_in_lock(lock_file: Path, key: str, fields: Mapping[str, Any]) -> Non
                 os.unlink(tmp)
 
 
+def record_first_checksum(lock_file, key: str, actual: dict, url: str, downloaded: bool,
+                          with_url: bool = False) -> None:
+    """Record the sha256/size of a file seen for the first time (no published checksum) in
+    the lock file, for the user to review and commit; a read-only lock file only warns."""
+    origin = f"first download from {url}" if downloaded else "first use of the file found in place"
+    fields = {"sha256": actual["sha256"], "size": actual["size"],
+              **({"url": url} if with_url else {}), "recorded": f"{_now()} {origin}"}
+    try:
+        _record_in_lock(lock_file, key, fields)
+        log.warning("recorded sha256 %s, size %d for %s in %s -- please review and commit",
+                    actual["sha256"], actual["size"], key, lock_file)
+    except OSError as e:
+        log.warning("could not record the checksum of %s in %s (%s): sha256 %s, size %d",
+                    key, lock_file, e, actual["sha256"], actual["size"])
+
+
 # --------------------------------------------------------------------------------------
 # verification
 # --------------------------------------------------------------------------------------
@@ -584,15 +600,7 @@ def fetch_raw(source: str, raw_dir: str | os.PathLike[str], offline: bool = Fals
             if downloaded and src.exists():
                 src.unlink()
         if not expected.get("sha256"):
-            origin = f"first download from {rf.url}" if downloaded else "first use of the file found in place"
-            fields = {"sha256": actual["sha256"], "size": actual["size"], "recorded": f"{_now()} {origin}"}
-            try:
-                _record_in_lock(lock_file, key, fields)
-                log.warning("recorded sha256 %s, size %d for %s in %s -- please review and commit",
-                            actual["sha256"], actual["size"], key, lock_file)
-            except OSError as e:
-                log.warning("could not record the checksum of %s in %s (%s): sha256 %s, size %d",
-                            key, lock_file, e, actual["sha256"], actual["size"])
+            record_first_checksum(lock_file, key, actual, rf.url, downloaded)
         log.info("verified %s (sha256 %s, %d bytes)", dest, actual["sha256"], actual["size"])
         out[rf.name] = {"path": dest, **actual}
     return out
