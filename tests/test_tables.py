@@ -321,8 +321,10 @@ def _runs(*cells):
 def test_stats_targets_follow_config():
     reg = yaml.safe_load((ROOT / "config" / "regressions.yaml").read_text())
     runs = _runs(("facescrub", "resnet152", "nodef", None), ("celeba", "resnet18", "mid", None))
-    assert stats_targets({"causal": None}, reg, runs) == []  # no inversion: nothing
-    t = stats_targets({"inversion": {"attacks": ["ppa"]}, "causal": None}, reg, runs)
+    aa = {"epsilons": [0.031, 0.0025, 0.0005, 1e-5]}
+    assert stats_targets({"causal": None, "autoattack": aa}, reg, runs) == []  # no inversion
+    t = stats_targets({"inversion": {"attacks": ["ppa"]}, "causal": None, "autoattack": aa},
+                      reg, runs)
     assert "results/stats/regressions.csv" in t
     for n in ("5", "15", "16", "17"):
         assert f"results/tables/table{n}.md" in t
@@ -331,11 +333,22 @@ def test_stats_targets_follow_config():
     assert "results/tables/table23.md" in t and "results/tables/table25.md" in t
     assert "results/stats/cost_of_privacy.csv" in t
     assert "results/figures/figure2_observed_vs_predicted.png" in t
-    t = stats_targets({"inversion": {"attacks": ["ppa", "ifgmi"]}, "causal": {"n_models": 10}},
-                      reg, runs)
+    t = stats_targets({"inversion": {"attacks": ["ppa", "ifgmi"]}, "causal": {"n_models": 10},
+                       "autoattack": aa}, reg, runs)
     for n in ("18", "19", "20", "21", "22", "27"):
         assert f"results/tables/table{n}.csv" in t
     assert "results/tables/table28.csv" not in t
+    # without the epsilons of the joint fits, Table 5 / Figure 2 / cost of privacy cannot be
+    # fitted; Table 15 still has its single-epsilon and test-accuracy-only fits
+    t = stats_targets({"inversion": {"attacks": ["ppa"]}, "causal": None,
+                       "autoattack": {"epsilons": [0.031, 1e-5]}}, reg, runs)
+    assert "results/tables/table15.md" in t and "results/tables/table5.md" not in t
+    assert not any("figure2" in x or "cost_of_privacy" in x for x in t)
+    # models of no sample's dataset (the synthetic demo): no regression output at all
+    demo = _runs(("synthfaces", "resnet18", "nodef", None), ("synthfaces", "resnet18", "mid", None))
+    t = stats_targets({"inversion": {"attacks": ["ppa"]}, "causal": None, "autoattack": aa},
+                      reg, demo)
+    assert not any("regressions" in x or "table5" in x or "table15" in x for x in t)
 
 
 # ----------------------------------------------------------------------- Tables 2, 3

@@ -19,6 +19,10 @@ from atat.tables import MAIN_TABLES
 
 REGRESSION_TABLE_IDS = ["5", "15", "16", "17", "18", "19", "20"]
 MAIN_TABLE_IDS = [str(n) for n in sorted(MAIN_TABLES)]
+#: The specification whose fit Figure 2 draws (paper Fig. 2: PPA, generic, joint OLS).
+FIGURE2_SPEC = "T15_ppa_generic_joint_ols"
+#: Paper Table 5 = the joint OLS and Beta fits of Table 15 (atat.tables.regression_table).
+TABLE5_SPECS = ("T15_ppa_generic_joint_ols", "T15_ppa_generic_joint_beta")
 EXTS = ("csv", "md", "tex")
 
 __all__ = ["INVERSION_METRICS", "REGRESSION_TABLE_IDS", "MAIN_TABLE_IDS", "inversion_attacks",
@@ -36,12 +40,38 @@ def summary_columns(config: Mapping[str, Any]) -> set[str]:
     return {f"{a}_{m}" for a in inversion_attacks(config) for m in INVERSION_METRICS}
 
 
+def spec_identifiable(spec: Mapping[str, Any], config: Mapping[str, Any],
+                      runs: Iterable[Any] | None = None) -> bool:
+    """The config produces the spec's response and regressor columns and (given ``runs``)
+    at least one model of the spec's sample datasets and architectures."""
+    from atat.config import eps_tag
+
+    cols = summary_columns(config) | {"test_acc"} | {
+        f"robust_acc_eps{eps_tag(e)}" for e in config["autoattack"]["epsilons"]}
+    if spec["response"] not in cols or not set(spec.get("regressors", [])) <= cols:
+        return False
+    if runs is None:
+        return True
+    sample = spec.get("sample") or {}
+    return any((not sample.get("datasets") or r.dataset in sample["datasets"])
+               and (not sample.get("architectures") or r.architecture in sample["architectures"])
+               for r in runs)
+
+
 def regression_table_buildable(table_id: str, config: Mapping[str, Any],
-                               specs: Iterable[Mapping[str, Any]]) -> bool:
-    """Table 5 (= joint fits of T15) or 15-20: every response of its specs will exist."""
-    key = "T15" if str(table_id) == "5" else f"T{table_id}"
-    responses = {s["response"] for s in specs if s.get("table") == key}
-    return bool(responses) and responses <= summary_columns(config)
+                               specs: Iterable[Mapping[str, Any]],
+                               runs: Iterable[Any] | None = None) -> bool:
+    """Table 5 (= joint fits of T15) or 15-20: every response of its specs will exist and at
+    least one of its specs can be fitted on the config's models (``runs``), so a table is
+    never a list of skipped specifications only."""
+    if str(table_id) == "5":
+        mine = [s for s in specs if s["name"] in TABLE5_SPECS]
+    else:
+        mine = [s for s in specs if s.get("table") == f"T{table_id}"]
+    responses = {s["response"] for s in mine}
+    runs = None if runs is None else list(runs)
+    return (bool(responses) and responses <= summary_columns(config)
+            and any(spec_identifiable(s, config, runs) for s in mine))
 
 
 def causal_buildable(config: Mapping[str, Any], regressions: Mapping[str, Any]) -> bool:
@@ -71,19 +101,21 @@ def stats_targets(config: Mapping[str, Any], regressions: Mapping[str, Any],
     specs = expand_grids(regressions)
     cols = summary_columns(config)
     targets: list[str] = []
-    if any(s["response"] in cols for s in specs):
+    if any(s["response"] in cols and spec_identifiable(s, config, runs) for s in specs):
         targets.append("results/stats/regressions.csv")
     for t in REGRESSION_TABLE_IDS:
-        if regression_table_buildable(t, config, specs):
+        if regression_table_buildable(t, config, specs, runs):
             targets += _table(t)
-    if regressions.get("cost_of_privacy") and regression_table_buildable("5", config, specs):
+    if regressions.get("cost_of_privacy") and regression_table_buildable("5", config, specs,
+                                                                          runs):
         targets += ["results/stats/cost_of_privacy.csv", "results/stats/cost_of_privacy.md"]
     if causal_buildable(config, regressions):
         targets += _table("21") + _table("22")
     for t in MAIN_TABLE_IDS:
         if main_table_buildable(t, config, runs):
             targets += _table(t)
-    if regression_table_buildable("5", config, specs):
+    fig2 = [s for s in specs if s["name"] == FIGURE2_SPEC]
+    if fig2 and spec_identifiable(fig2[0], config, runs) and fig2[0]["response"] in cols:
         targets.append("results/figures/figure2_observed_vs_predicted.png")
     if inversion_attacks(config):
         targets.append("results/figures/figure4_accuracy_vs_privacy.png")

@@ -10,6 +10,7 @@
 import yaml  # noqa: E402
 
 from atat.report import (  # noqa: E402
+    FIGURE2_SPEC,
     INVERSION_METRICS,
     MAIN_TABLE_IDS,
     REGRESSION_TABLE_IDS,
@@ -199,7 +200,7 @@ rule figure2:
             labels={"figure": "2"},
         ),
     params:
-        spec="T15_ppa_generic_joint_ols",
+        spec=FIGURE2_SPEC,
     log:
         "logs/figures/figure2.log",
     benchmark:
