@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 import math
 import platform
+import shutil
 import time
 from pathlib import Path
 from typing import Any, Mapping
@@ -128,6 +129,8 @@ def run_inversion(*, attack: str, params: Mapping[str, Any], ids: Mapping[str, A
     io.torch_save(result["best_images"], out_images)
     io.torch_save({"w": result["final_w"], "targets": result["targets"]}, out_latents)
     io.write_json(out_metrics, record)
+    if resume_dir is not None:          # the job is complete: its per-batch progress is spent
+        shutil.rmtree(resume_dir, ignore_errors=True)
     log.info("%s %s: AttAcc@1 %.4f AttAcc@5 %.4f EvalConf %.4f δ_face %s δ_eval %.4f "
              "(chance %.4f, %d images, %.0f s)", attack, ckpt["model_id"], summary["attacc1"],
              summary["attacc5"], summary["evalconf"], summary["dist_face"],
