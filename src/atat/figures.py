@@ -233,3 +233,57 @@ def unseen_pixels_figure(mask_model: str | Path, dataset_root: str | Path,
                 ax.set_ylabel(f"class {c}", fontsize=7)
     _save(fig, out_png)
     return {"classes": classes, "kept_pixel_fraction": kept}
+
+
+def adversarial_examples_figure(model_path: str | Path, dataset_root: str | Path,
+                                epsilons: Sequence[float], out_png: str | Path, *,
+                                n_images: int = 3, iterations: int = 20, seed: int = 0) -> dict:
+    """Paper Fig. 5: test images and their untargeted L-inf PGD adversarial examples at each
+    epsilon ([0, 1] pixel units, i.e. 2·eps in the model's [-1, 1] input space; step
+    2.5·eps/iterations, random start), with the model's prediction under each image.
+    Returns per epsilon the fraction of the shown images whose prediction changed and the
+    largest perturbation (pixel units)."""
+    import torch
+
+    from atat.data.loading import make_loader
+    from atat.pgd import pgd
+    from atat.train import load_model
+
+    model, defense, ckpt = load_model(model_path)
+    loader = make_loader(dataset_root, "test", resolution=int(ckpt["resolution"]),
+                         batch_size=n_images, train=False)
+    x, y = next(iter(loader))
+
+    def forward(inp):
+        return defense.logits(model, inp)
+
+    gen = torch.Generator().manual_seed(seed)
+    columns = [("clean", x)]
+    flipped, linf = {}, {}
+    with torch.no_grad():
+        clean_pred = forward(x).argmax(1)
+    for eps in sorted(float(e) for e in epsilons):
+        e = 2.0 * eps
+        adv = pgd(forward, x, y, epsilon=e, step_size=2.5 * e / iterations,
+                  iterations=iterations, targeted=False, generator=gen)
+        columns.append((f"eps = {eps:g}", adv))
+        linf[eps] = float((adv - x).abs().max()) / 2.0       # back to [0, 1] pixel units
+        with torch.no_grad():
+            flipped[eps] = float((forward(adv).argmax(1) != clean_pred).float().mean())
+    fig, axes = plt.subplots(len(x), len(columns), squeeze=False,
+                             figsize=(1.5 * len(columns), 1.6 * len(x) + 0.4))
+    for k, (title, imgs) in enumerate(columns):
+        with torch.no_grad():
+            pred = forward(imgs).argmax(1)
+        for r in range(len(x)):
+            ax = axes[r][k]
+            ax.imshow(((imgs[r].clamp(-1, 1) + 1) / 2).permute(1, 2, 0).numpy(),
+                      interpolation="nearest")
+            ax.set_xticks([])
+            ax.set_yticks([])
+            ax.set_xlabel(f"pred {int(pred[r])} (true {int(y[r])})", fontsize=6)
+            if r == 0:
+                ax.set_title(title, fontsize=7)
+    fig.suptitle(f"PGD adversarial examples, {ckpt['model_id']}", fontsize=8)
+    _save(fig, out_png)
+    return {"flipped": flipped, "linf": linf, "model_id": ckpt["model_id"]}

@@ -109,3 +109,46 @@ rule figure_robustness:
         "../../envs/stats.yaml"
     script:
         "../scripts/figure_robustness.py"
+
+
+def figure5_model():
+    """Paper Fig. 5: the NoDef model of the main architecture's first cell."""
+    arch = table4_architecture()
+    for r in RUNS:
+        if r.architecture == arch and r.defense == "nodef" and r.replicate is None:
+            return f"{model_dir(r)}/model.pt", r.dataset
+    return None, None
+
+
+def figure5_targets():
+    return ["results/figures/figure5_adversarial_examples.png"] if figure5_model()[0] else []
+
+
+TARGET_FUNCTIONS.append(figure5_targets)
+
+
+rule figure5:
+    input:
+        model=lambda wc: figure5_model()[0],
+        dataset=lambda wc: dataset_dir(figure5_model()[1]),
+    output:
+        report(
+            "results/figures/figure5_adversarial_examples.png",
+            caption="../report/figure5.rst",
+            category="Figures",
+            labels={"figure": "5"},
+        ),
+    params:
+        epsilons=config["autoattack"]["epsilons"],
+    log:
+        "logs/figures/figure5.log",
+    benchmark:
+        "benchmarks/figures/figure5.tsv"
+    threads: 1
+    resources:
+        mem_mb=3000,
+        runtime=10,
+    conda:
+        "../../envs/stats.yaml"
+    script:
+        "../scripts/figure5.py"
