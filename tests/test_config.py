@@ -149,3 +149,13 @@ def test_snakemake_stops_before_any_job_on_a_bad_config(tmp_path):
     out = proc.stdout + proc.stderr
     assert "autoattack.epsilons.0" in out
     assert "Job stats" not in out
+
+
+def test_inversion_params_do_not_depend_on_key_order():
+    from atat.config import inversion_params
+    a = load_config(PAPER, DEMO)
+    b = copy.deepcopy(a)
+    b["inversion"]["ppdg"] = dict(reversed(list(b["inversion"]["ppdg"].items())))
+    pa = inversion_params(a, "synthfaces", "resnet18", "nodef", "ppdg")
+    pb = inversion_params(b, "synthfaces", "resnet18", "nodef", "ppdg")
+    assert repr(pa) == repr(pb)    # Snakemake's params check compares the text

@@ -235,7 +235,17 @@ def inversion_params(config: Mapping[str, Any], dataset: str, architecture: str,
     params["dataset_kind"] = config["datasets"][dataset]["source"]
     params["n_classes"] = n_classes(config, dataset)
     params["input_resolution"] = int(config["datasets"][dataset]["resolution"])
-    return params
+    return _canonical(params)
+
+
+def _canonical(obj: Any) -> Any:
+    """Mappings with sorted keys (recursively): Snakemake compares rule params by their text,
+    so the same settings written in another key order must give the same params."""
+    if isinstance(obj, Mapping):
+        return {k: _canonical(obj[k]) for k in sorted(obj)}
+    if isinstance(obj, list):
+        return [_canonical(v) for v in obj]
+    return obj
 
 
 # ------------------------------------------------------------------------------ grid
