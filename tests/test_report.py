@@ -95,16 +95,19 @@ def dump_dom(url: str, profile: Path) -> str:
 
 @pytest.mark.slow
 def test_targeted_rebuild_plans_only_table11(tmp_path):
-    """Fresh directory: Table 11 needs data, models, AutoAttack and the summary -- and no
-    other table, figure or `all`."""
+    """Fresh directory: Table 11 needs data, models, AutoAttack and the summary (which holds
+    the inversion metrics too, so the attacks and their networks) -- and no other table,
+    figure or `all`."""
     (tmp_path / "tiny.yaml").write_text(TINY)
     proc = snakemake(tmp_path, "-n", "results/tables/table11.md", timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     jobs = planned_jobs(proc.stdout + proc.stderr)
     assert jobs.get("robustness_table") == 1
     assert set(jobs) <= {"synthfaces", "train_model", "autoattack", "summary",
-                         "robustness_table"}, jobs
+                         "robustness_table", "train_generator", "train_evaluation_model",
+                         "train_face_embedding", "invert"}, jobs
     assert jobs.get("autoattack") == 4  # 2 models x 2 epsilons (summary reads all of them)
+    assert jobs.get("invert") == 6      # 2 models x 3 attacks
     # an epsilon that is not configured has no table rule
     proc = snakemake(tmp_path, "-n", "results/tables/table12.md", timeout=600)
     assert proc.returncode != 0
