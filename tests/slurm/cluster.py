@@ -146,7 +146,7 @@ class Cluster:
                               timeout=kw.pop("timeout", 60), **kw)
 
     def jobs(self) -> list[dict]:
-        """Every job slurmctld still knows (MinJobAge=600), finished ones included."""
+        """Every job slurmctld still knows (MinJobAge=7200), finished ones included."""
         fmt = "%i|%j|%T|%P|%k"
         out = self.run(["squeue", "--states=all", "-h", "-o", fmt]).stdout
         keys = ["id", "name", "state", "partition", "comment"]
