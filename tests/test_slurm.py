@@ -37,7 +37,8 @@ THREADS = ["--set-threads", "train_model=1", "autoattack=1"]  # what profiles/sl
 TARGET = "results/tables/table4.csv"
 
 
-GPU_RULES = {"train_model", "autoattack", "measure_hsic"}
+GPU_RULES = {"train_model", "autoattack", "measure_hsic", "train_evaluation_model", "train_generator",
+             "invert"}
 
 
 def snakemake_cmd(workdir: Path, *args: str) -> list[str]:
