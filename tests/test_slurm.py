@@ -156,6 +156,11 @@ def test_outputs_equal_local_run(runs):
     def files(d):
         return sorted(p.relative_to(d).as_posix() for p in (d / "results").rglob("*") if p.is_file())
     assert files(runs["slurm_dir"]) == files(runs["local_dir"])
+    # the model checkpoints byte for byte (atat.io.torch_save does not embed the file name)
+    models = [p for p in files(runs["local_dir"]) if p.endswith(".pt")]
+    assert models
+    for rel in models:
+        assert (runs["slurm_dir"] / rel).read_bytes() == (runs["local_dir"] / rel).read_bytes(), rel
 
 
 def test_every_gpu_rule_has_a_block_in_both_profiles():

@@ -66,8 +66,11 @@ def read_json(path: str | os.PathLike[str]) -> Any:
 
 
 def torch_save(obj: Any, path: str | os.PathLike[str]) -> None:
-    with atomic_path(path) as tmp:
-        torch.save(obj, tmp)
+    """Save atomically. Written through a file object, so the zip's record prefix is torch's
+    fixed "archive/" rather than the (random) temporary file's name: the same object gives the
+    same bytes wherever and whenever it is saved."""
+    with atomic_path(path) as tmp, open(tmp, "wb") as handle:
+        torch.save(obj, handle)
 
 
 def torch_load(path: str | os.PathLike[str]) -> Any:
