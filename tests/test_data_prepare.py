@@ -14,12 +14,9 @@ import runpy
 import socket
 import sys
 import tarfile
-import threading
 import types
 import zipfile
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from urllib.parse import parse_qs, urlsplit
 
 import numpy as np
 import pandas as pd
@@ -437,33 +434,6 @@ def test_committed_lock_file():
 # --------------------------------------------------------------------------------------
 # downloads against a local server
 # --------------------------------------------------------------------------------------
-@pytest.fixture
-def server(monkeypatch):
-    for v in ("http_proxy", "https_proxy", "HTTP_PROXY", "HTTPS_PROXY", "all_proxy", "ALL_PROXY"):
-        monkeypatch.delenv(v, raising=False)
-    monkeypatch.setenv("no_proxy", "*")
-    state = types.SimpleNamespace(routes={}, requests=[])
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self):  # noqa: N802
-            parts = urlsplit(self.path)
-            state.requests.append((parts.path, dict(self.headers)))
-            route = state.routes.get(parts.path)
-            if route is None:
-                self.send_error(404)
-            else:
-                route(self, {k: v[0] for k, v in parse_qs(parts.query).items()})
-
-        def log_message(self, *args):
-            pass
-
-    srv = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    state.base = f"http://127.0.0.1:{srv.server_address[1]}"
-    t = threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-    t.start()
-    yield state
-    srv.shutdown()
-    srv.server_close()
 
 
 def _send(h, body: bytes, ctype="application/octet-stream", length: int | None = None, status=200, headers=()):

@@ -5,8 +5,6 @@ import os
 import pickle
 import socket
 import threading
-import types
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -69,38 +67,6 @@ def test_offline_missing_file_names_the_path(tmp_path, no_network):
 KEY = "weights/stylegan2/tiny.pkl"
 
 
-@pytest.fixture
-def server(monkeypatch):
-    """HTTP server on 127.0.0.1: ``routes[path] = (body, content_length or None)``."""
-    for v in ("http_proxy", "https_proxy", "HTTP_PROXY", "HTTPS_PROXY", "all_proxy", "ALL_PROXY"):
-        monkeypatch.delenv(v, raising=False)
-    monkeypatch.setenv("no_proxy", "*")
-    state = types.SimpleNamespace(routes={}, hits=[])
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self):  # noqa: N802
-            state.hits.append(self.path)
-            if self.path not in state.routes:
-                self.send_error(404)
-                return
-            body, length = state.routes[self.path]
-            self.send_response(200)
-            self.send_header("Content-Length", str(len(body) if length is None else length))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *args):
-            pass
-
-    srv = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    state.base = f"http://127.0.0.1:{srv.server_address[1]}"
-    t = threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-    t.start()
-    yield state
-    srv.shutdown()
-    srv.server_close()
-
-
 def _tiny_stylegan(path: Path) -> bytes:
     torch.manual_seed(0)
     G = Generator(z_dim=8, w_dim=8, img_resolution=8, mapping_kwargs=dict(num_layers=1),
@@ -138,9 +104,9 @@ def test_stylegan_download_verified_renamed_and_hash_recorded(tmp_path, server, 
     assert "first download" in entry["recorded"]
 
     # second use: verified against the recorded hash, no request, lock file untouched
-    before, hits = lock.read_text(), len(server.hits)
+    before, hits = lock.read_text(), len(server.requests)
     fetch_weights("stylegan2", url, dest, key=KEY, lock_file=lock)
-    assert len(server.hits) == hits and lock.read_text() == before
+    assert len(server.requests) == hits and lock.read_text() == before
 
 
 def test_concurrent_downloads_of_one_file_are_safe(tmp_path, server, stylegan_blob):
