@@ -18,31 +18,8 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 
-from test_workflow import TINY_INVERSION  # noqa: E402
-
-# smaller than tests/test_workflow.py's TINY: 2 models, 2 epochs, 2 epsilons (Tables 11, 14)
-TINY = """
-datasets:
-  synthfaces:
-    resolution: 32
-    n_classes: 4
-    synthetic: {n_private_identities: 4, n_public_identities: 2, images_per_identity: 12,
-                public_images_per_identity: 6, seed: 1}
-grid:
-  - datasets: [synthfaces]
-    architectures: [resnet18]
-    defenses: [nodef, atat]
-training: {epochs: 2, lr_milestones: [1], batch_size: 16}
-autoattack:
-  epsilons: [0.031, 1.0e-5]
-  n_examples: 8
-  batch_size: 8
-  settings:
-    apgd: {n_iter: 2, n_restarts: 1}
-    apgd_t: {n_iter: 2, n_target_classes: 1, n_restarts: 1}
-    fab: {n_iter: 2, n_target_classes: 1, n_restarts: 1}
-    square: {n_queries: 5, p_init: 0.8}
-""" + TINY_INVERSION
+# the workflow test's tiny config: NoDef + AT-AT, 2 epochs, 2 epsilons (Tables 11, 14), inversion
+from test_workflow import TINY  # noqa: E402
 
 REPORTED = {"results/tables/table4.csv", "results/tables/table11.csv",
             "results/tables/table14.csv", "results/figures/robust_accuracy_vs_eps.png"}
