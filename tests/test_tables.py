@@ -264,9 +264,20 @@ def test_main_results_intervals():
 
 def test_main_results_table_files(tmp_path):
     pi = simulated_per_image()
-    t = tables.main_results_table(pi, simulated_summary(), outs(tmp_path, "t23"), number=23)
-    assert len(t) == 2 and t["AttAcc@1"].str.match(r"^\d\.\d{3} \[\d\.\d{3}, \d\.\d{3}\]$").all()
-    assert (tmp_path / "t23.md").read_text().startswith("Table 23: PPA results (ResNet-152)")
+    ifgmi = pi.assign(attack="ifgmi", correct_top1=0)
+    both = pd.concat([ifgmi, pi], ignore_index=True)
+    # Table 27 = Table 23 (ResNet-152 main results) with intervals; attacks in PPA, IF-GMI order
+    t = tables.main_results_table(both, simulated_summary(), outs(tmp_path, "t27"), number=27)
+    assert list(t["Attack"]) == ["PPA", "PPA", "IF-GMI", "IF-GMI"]
+    assert t["AttAcc@1"].str.match(r"^\d\.\d{3} \[\d\.\d{3}, \d\.\d{3}\]$").all()
+    assert (t[t["Attack"] == "IF-GMI"]["AttAcc@1"].str.startswith("0.000 [0.000, ")).all()
+    assert (tmp_path / "t27.md").read_text().startswith(
+        "Table 27: Table 23 with 95% intervals (ResNet-152; PPA, IF-GMI, PPDG)")
+    # Table 23 itself: the same point values, no intervals (the paper defers them to Table 27)
+    t23 = tables.main_results_table(both, simulated_summary(), outs(tmp_path, "t23"), number=23)
+    assert t23["AttAcc@1"].str.match(r"^\d\.\d{3}$").all()
+    assert list(t23["AttAcc@1"]) == [v.split(" ")[0] for v in t["AttAcc@1"]]
+    assert "intervals in Table 27" in (tmp_path / "t23.md").read_text().splitlines()[0]
     with pytest.raises(ValueError, match="no per-image results for Table 24"):
         tables.main_results_table(pi, None, outs(tmp_path, "t24"), number=24)
     bad = pi.drop(columns=["correct_top5"])
@@ -328,16 +339,17 @@ def test_stats_targets_follow_config():
     assert "results/stats/regressions.csv" in t
     for n in ("5", "15", "16", "17"):
         assert f"results/tables/table{n}.md" in t
-    for n in ("18", "19", "20", "21", "22", "24", "26", "27"):
+    for n in ("18", "19", "20", "21", "22", "24", "26"):
         assert f"results/tables/table{n}.md" not in t
-    assert "results/tables/table23.md" in t and "results/tables/table25.md" in t
+    for n in ("23", "25", "27", "28"):  # ResNet-152 / ResNet-18 on faces, with PPA alone
+        assert f"results/tables/table{n}.md" in t
     assert "results/stats/cost_of_privacy.csv" in t
     assert "results/figures/figure2_observed_vs_predicted.png" in t
     t = stats_targets({"inversion": {"attacks": ["ppa", "ifgmi"]}, "causal": {"n_models": 10},
                        "autoattack": aa}, reg, runs)
     for n in ("18", "19", "20", "21", "22", "27"):
         assert f"results/tables/table{n}.csv" in t
-    assert "results/tables/table28.csv" not in t
+    assert "results/tables/table24.csv" not in t  # no DenseNet-169 model
     # without the epsilons of the joint fits, Table 5 / Figure 2 / cost of privacy cannot be
     # fitted; Table 15 still has its single-epsilon and test-accuracy-only fits
     t = stats_targets({"inversion": {"attacks": ["ppa"]}, "causal": None,

@@ -159,7 +159,7 @@ rule causal_tables:
 rule main_results_table:
     input:
         # long table, one row per attacked image (columns: atat.tables.PER_IMAGE_COLUMNS +
-        # evalconf, dist_face, dist_eval); to be written by the inversion stage
+        # evalconf, dist_face, dist_eval), from rule inversion_per_image
         per_image="results/inversion/per_image.csv",
         summary="results/summary.csv",
     output:
@@ -167,7 +167,7 @@ rule main_results_table:
             "results/tables/table{maintable}.csv",
             caption="../report/main_results_table.rst",
             category="Tables",
-            subcategory="App. I.3 main results with CIs",
+            subcategory="App. I.2 / I.3 main results",
             labels={"table": "{maintable}"},
         ),
         "results/tables/table{maintable}.md",
