@@ -130,7 +130,7 @@ rule inversion_per_image:
         mem_mb=3000,
         runtime=30,
     conda:
-        "../../envs/stats.yaml"
+        "../../envs/torch.yaml"  # imports atat.inversion (facenet-pytorch)
     script:
         "../scripts/inversion_per_image.py"
 
