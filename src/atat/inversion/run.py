@@ -4,6 +4,8 @@ job that dies leaves no file Snakemake would accept as complete)."""
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
 import math
 import platform
@@ -54,6 +56,44 @@ def _discriminator(path: str | Path) -> Discriminator | None:
         return None
 
 
+RESUME_STAMP = "inputs.json"
+
+
+def resume_fingerprint(params: Mapping[str, Any], files: list[str | Path | None]) -> dict[str, Any]:
+    """What the per-batch/per-class resume files depend on: the attack's settings and the
+    bytes of every input network (target model, generator, evaluation/face networks)."""
+    digests = {}
+    for f in files:
+        if f is None or not Path(f).is_file():
+            continue
+        h = hashlib.sha256()
+        with open(f, "rb") as handle:
+            for chunk in iter(lambda: handle.read(1 << 20), b""):
+                h.update(chunk)
+        digests[str(f)] = h.hexdigest()
+    return {"params": json.loads(json.dumps(dict(params), sort_keys=True, default=str)),
+            "inputs": digests}
+
+
+def prepare_resume_dir(resume_dir: str | Path, fingerprint: Mapping[str, Any]) -> bool:
+    """Keep ``resume_dir`` only if it was written for the same settings and inputs; otherwise
+    empty it (a changed config or a retrained model makes its files stale) and stamp it.
+    Returns whether earlier progress is kept."""
+    d = Path(resume_dir)
+    stamp = d / RESUME_STAMP
+    if d.exists():
+        try:
+            if json.loads(stamp.read_text()) == json.loads(json.dumps(dict(fingerprint))):
+                return True
+        except (OSError, ValueError):
+            pass
+        log.warning("%s was written for other settings or inputs: starting over", d)
+        shutil.rmtree(d)
+    d.mkdir(parents=True)
+    io.write_json(stamp, dict(fingerprint))
+    return False
+
+
 def run_inversion(*, attack: str, params: Mapping[str, Any], ids: Mapping[str, Any],
                   model_path: str | Path, generator_path: str | Path,
                   evaluation_path: str | Path, dataset_dir: str | Path,
@@ -80,6 +120,11 @@ def run_inversion(*, attack: str, params: Mapping[str, Any], ids: Mapping[str, A
                        center_crop=params.get("center_crop"), classes=classes, device=device,
                        face_metric_note=None if faces else NOT_A_FACE_DATASET)
     log.info("%s on %s: %d target classes", attack, ckpt["model_id"], len(classes))
+    if resume_dir is not None:
+        inputs = [model_path, generator_path, evaluation_path, face_path,
+                  *(dict(perceptual or {}).values())]
+        if prepare_resume_dir(resume_dir, resume_fingerprint(params, inputs)):
+            log.info("resuming from %s", resume_dir)
 
     if attack == "ppa":
         from .ppa import run_ppa
