@@ -126,6 +126,34 @@ def test_threshold_schedule_and_hard_threshold_after_each_step():
     assert apply_threshold_(w2, 1e-6) == 1 and w2[0, 0, 1] == 0
 
 
+def test_mask_lr_moves_the_mask_with_its_own_rate_and_defaults_to_one_optimiser():
+    # default (paper/REPO): one parameter list, one lr
+    d = defense(stage="group_lasso")
+    model = d.build_model(build_model("resnet18", 4))
+    assert all(isinstance(p, torch.nn.Parameter) for p in d.trainable_parameters(model))
+    # mask_lr: a second Adam group holding only the mask, decayed by the same scheduler
+    d = defense(stage="group_lasso", mask_lr=0.05)
+    model = d.build_model(build_model("resnet18", 4))
+    opt = torch.optim.Adam(d.trainable_parameters(model), lr=1e-3)
+    sched = torch.optim.lr_scheduler.MultiStepLR(opt, milestones=[1], gamma=0.1)
+    net, mask = opt.param_groups
+    assert mask["params"] == [model.mask.weight] and mask["lr"] == 0.05 and net["lr"] == 1e-3
+    assert sum(p.numel() for g in opt.param_groups for p in g["params"]) == \
+        sum(p.numel() for p in model.parameters())
+    before = model.mask.weight.detach().clone()
+    x, y = torch.randn(4, 3, R, R), torch.tensor([0, 1, 2, 3])
+    ctx = StepContext(epoch=0, step=0, n_classes=4, generator=torch.Generator())
+    d.on_epoch_start(0, model)
+    d.train_step(model, opt, x, y, ctx)
+    # Adam's first step moves every weight with a non-zero gradient by ~lr
+    step = (model.mask.weight.detach() - before).abs()
+    assert step.max() == pytest.approx(0.05, rel=1e-3)
+    sched.step()
+    assert [g["lr"] for g in opt.param_groups] == pytest.approx([1e-4, 0.005])
+    with pytest.raises(DefenseConfigError):  # lr must be > 0
+        defense(stage="group_lasso", mask_lr=0)
+
+
 # ------------------------------------------------------------------------------ deleted pixels
 def test_binarised_mask_deleted_pixels_have_zero_gradient_and_no_effect(tmp_path):
     mask = random_mask()

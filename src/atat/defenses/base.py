@@ -95,7 +95,8 @@ class Defense:
         """Modify or wrap the freshly built classifier (e.g. add a bottleneck)."""
         return model
 
-    def trainable_parameters(self, model: nn.Module) -> list[nn.Parameter]:
+    def trainable_parameters(self, model: nn.Module) -> list[Any]:
+        """What the optimiser trains: parameters, or Adam parameter groups (dicts)."""
         return [p for p in model.parameters() if p.requires_grad]
 
     # ---------------------------------------------------------------- data

@@ -227,6 +227,10 @@ class PixelMaskDefense(Defense):
         "rho": Param(1.0, positive, "AGL exponent ρ, > 0 (paper App. E.2: 1)"),
         "mask_init": Param(0.5, lambda v: isinstance(v, (int, float)) and not isinstance(v, bool),
                            "initial mask weight (spec §2.9: 0.5)"),
+        "mask_lr": Param(None, lambda v: v is None or (isinstance(v, (int, float))
+                                                       and not isinstance(v, bool) and v > 0),
+                         "Adam learning rate of the mask weights in the mask stages, > 0, or "
+                         "null = the training lr (paper/REPO: one optimiser, one lr)"),
         "penalty": Param(None, _optional_bool,
                          "add the penalty to the loss; null = on in the mask stages, off in "
                          "retrain"),
@@ -333,6 +337,19 @@ class PixelMaskDefense(Defense):
         assert self.frozen_mask is not None
         self._transform_built = True
         return MaskTransform(self.frozen_mask, int(self.context.resolution))
+
+    def trainable_parameters(self, model: nn.Module) -> list[Any]:
+        """With ``mask_lr`` set (mask stages), the mask weights form their own Adam parameter
+        group with that lr (the scheduler decays both groups alike). Adam moves a weight by
+        about lr per step whatever the gradient's scale, so a mask that starts at 0.5 needs
+        several hundred steps at lr 1e-3 to reach the threshold: the paper's runs have ~20k
+        steps, a short run needs a larger mask lr to delete any pixel."""
+        params = super().trainable_parameters(model)
+        if self.params["mask_lr"] is None or self.stage not in MASK_STAGES:
+            return params
+        mask = model.mask.weight
+        rest = [p for p in params if p is not mask]
+        return [{"params": rest}, {"params": [mask], "lr": float(self.params["mask_lr"])}]
 
     def on_epoch_start(self, epoch: int, model: nn.Module) -> None:
         p = self.params
