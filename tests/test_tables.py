@@ -407,6 +407,15 @@ def test_table3_lists_the_four_models_with_the_kept_fraction(tmp_path):
     assert up["Pixels kept"] == pytest.approx(0.025) and up["PPA AttAcc@1"] == pytest.approx(0.31)
     with pytest.raises(ValueError, match="no Unseen-Pixels"):
         table3(_section3_summary(tmp_path), outs(tmp_path, "t3b"), roles={"Unseen-Pixels": ["x"]})
+    # a role holding two trained variants (TL-DMI and TL-DMI-5) names each row by its defense
+    summ = pd.read_csv(_section3_summary(tmp_path))
+    extra = summ[summ["defense"] == "tldmi"].assign(defense="tldmi5", test_acc=0.5)
+    pd.concat([summ, extra]).to_csv(tmp_path / "s5.csv", index=False)
+    t = table3(tmp_path / "s5.csv", outs(tmp_path, "t3c"),
+               roles={**roles, "TL-DMI": ["tldmi", "tldmi5"]})
+    rn18 = t[t["Architecture"] == "ResNet-18"]
+    assert rn18["Model"].tolist()[-2:] == ["TL-DMI", "TL-DMI-5"]
+    assert rn18["Test acc."].tolist()[-1] == pytest.approx(0.5)
 
 
 def test_reconstruction_grid_puts_the_training_image_beside_each_defense(tmp_path):

@@ -94,9 +94,11 @@ def _rows_of(summary: pd.DataFrame, roles: Mapping[str, Sequence[str]], attack: 
             part = cell[cell["defense"].isin(list(names))]
             if part.empty:
                 continue
+            several = part["defense"].nunique() > 1  # e.g. TL-DMI and TL-DMI-5: name each
             for defense, g in part.groupby("defense", sort=False):
                 row = {"Dataset": DATASET_LABELS.get(ds, ds),
-                       "Architecture": ARCH_LABELS.get(arch, arch), "Model": label}
+                       "Architecture": ARCH_LABELS.get(arch, arch),
+                       "Model": DEFENSE_LABELS.get(defense, defense) if several else label}
                 for col, out in cols.items():
                     row[out] = float(g[col].mean()) if col in g.columns else float("nan")
                 rows.append(row)
