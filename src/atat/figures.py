@@ -101,26 +101,33 @@ def accuracy_vs_privacy(summary: pd.DataFrame, out_png: str | Path, *,
                         metrics: Sequence[str] = ("attacc1",),
                         architecture: str | None = "resnet152") -> int:
     """Figure 4: clean test accuracy (x) against each privacy metric (y) for every defense,
-    one panel per (attack x metric) row and dataset column; AT-AT in red and larger. Only
-    attack/metric columns present in ``summary`` are drawn; returns the number of panels
+    one row of panels per attack and one column per (metric, dataset); AT-AT in red and larger.
+    Only attack/metric columns present in ``summary`` are drawn; returns the number of panels
     (raises if there is none)."""
     df = summary
     if "treatment" in df.columns:
         df = df[df["treatment"].isna()]
     if architecture is not None:
         df = df[df["architecture"] == architecture]
-    rows = [(a, m) for a in attacks for m in metrics if f"{a}_{m}" in df.columns
-            and df[f"{a}_{m}"].notna().any()]
+    present = {(a, m) for a in attacks for m in metrics if f"{a}_{m}" in df.columns
+               and df[f"{a}_{m}"].notna().any()}
     datasets = sorted(df["dataset"].unique())
-    if not rows or not datasets:
+    if not present or not datasets:
         raise ValueError("no inversion metric columns in the summary: nothing to plot")
-    fig, axes = plt.subplots(len(rows), len(datasets), squeeze=False,
-                             figsize=(4.0 * len(datasets), 3.3 * len(rows)))
-    for i, (attack, metric) in enumerate(rows):
-        col = f"{attack}_{metric}"
-        label, lower_private = PRIVACY_METRICS.get(metric, (metric, True))
-        for j, dataset in enumerate(datasets):
+    # one row per attack, one column per (metric, dataset): a grid like the paper's Fig. 4
+    rows = [a for a in attacks if any((a, m) in present for m in metrics)]
+    cols = [(m, d) for m in metrics if any((a, m) in present for a in attacks) for d in datasets]
+    fig, axes = plt.subplots(len(rows), len(cols), squeeze=False,
+                             figsize=(4.0 * len(cols), 3.3 * len(rows)))
+    drawn = 0
+    for i, attack in enumerate(rows):
+        for j, (metric, dataset) in enumerate(cols):
             ax = axes[i][j]
+            if (attack, metric) not in present:
+                ax.axis("off")
+                continue
+            col = f"{attack}_{metric}"
+            label, lower_private = PRIVACY_METRICS.get(metric, (metric, True))
             part = df[df["dataset"] == dataset].groupby(["defense", "defense_type"],
                                                           as_index=False)[["test_acc", col]].mean()
             for r in part.itertuples(index=False):
@@ -135,8 +142,9 @@ def accuracy_vs_privacy(summary: pd.DataFrame, out_png: str | Path, *,
                           " = more private)", fontsize=8)
             ax.set_title(f"{dataset}" + (f" / {architecture}" if architecture else ""), fontsize=9)
             ax.grid(alpha=0.3)
+            drawn += 1
     _save(fig, out_png)
-    return len(rows) * len(datasets)
+    return drawn
 
 
 def first_training_images(dataset_root: str | Path, classes: Sequence[int], resolution: int
