@@ -4,7 +4,6 @@ job that dies leaves no file Snakemake would accept as complete)."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import math
@@ -19,6 +18,7 @@ import torch
 from torch import nn
 
 from atat import io
+from atat.downloads import sha256sum
 from atat.train import load_model
 
 from .core import target_classes
@@ -62,15 +62,7 @@ RESUME_STAMP = "inputs.json"
 def resume_fingerprint(params: Mapping[str, Any], files: list[str | Path | None]) -> dict[str, Any]:
     """What the per-batch/per-class resume files depend on: the attack's settings and the
     bytes of every input network (target model, generator, evaluation/face networks)."""
-    digests = {}
-    for f in files:
-        if f is None or not Path(f).is_file():
-            continue
-        h = hashlib.sha256()
-        with open(f, "rb") as handle:
-            for chunk in iter(lambda: handle.read(1 << 20), b""):
-                h.update(chunk)
-        digests[str(f)] = h.hexdigest()
+    digests = {str(f): sha256sum(f) for f in files if f is not None and Path(f).is_file()}
     return {"params": json.loads(json.dumps(dict(params), sort_keys=True, default=str)),
             "inputs": digests}
 
