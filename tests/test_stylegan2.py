@@ -385,6 +385,23 @@ def test_minibatch_std_groups_are_strided_samples():
         MinibatchStdLayer(group_size=4)(torch.zeros(6, 2, 1, 1))
 
 
+def test_discriminator_skip_layer_is_not_clamped():
+    """NVIDIA's DiscriminatorBlock clamps fromrgb/conv0/conv1 but not the resnet skip layer."""
+    from atat.inversion.stylegan2 import DiscriminatorBlock
+
+    first = DiscriminatorBlock(0, 2, 2, resolution=8, img_channels=1, conv_clamp=1e-3)
+    assert first.skip.conv_clamp is None
+    assert first.fromrgb.conv_clamp == first.conv0.conv_clamp == first.conv1.conv_clamp == 1e-3
+    block = DiscriminatorBlock(2, 2, 2, resolution=8, img_channels=1, conv_clamp=1e-3)
+    with torch.no_grad():
+        block.skip.weight.fill_(1.0)
+        out, _ = block(torch.full((1, 2, 8, 8), 10.0), None)
+    # skip at interior pixels: FIR gain 1, 1×1 conv summing 2 channels of 10 with weight gain
+    # 1/√2, layer gain √0.5 → 10; the clamped residual conv1 adds at most 1e-3·√0.5.
+    torch.testing.assert_close(out[..., 1:3, 1:3], torch.full((1, 2, 2, 2), 10.0),
+                               atol=1e-3, rtol=0)
+
+
 def test_discriminator_downsampling_layers():
     from atat.inversion.stylegan2 import Conv2dLayer
 

@@ -589,7 +589,10 @@ class DiscriminatorBlock(nn.Module):
             self.fromrgb = Conv2dLayer(img_channels, tmp_channels, 1, activation=activation, **kw)
         self.conv0 = Conv2dLayer(tmp_channels, tmp_channels, 3, activation=activation, **kw)
         self.conv1 = Conv2dLayer(tmp_channels, out_channels, 3, activation=activation, down=2, **kw)
-        self.skip = Conv2dLayer(tmp_channels, out_channels, 1, bias=False, down=2, **kw)
+        # NVIDIA's DiscriminatorBlock (training/networks.py, stylegan2-ada-pytorch) builds the
+        # resnet skip layer without conv_clamp: only fromrgb/conv0/conv1 are clamped.
+        self.skip = Conv2dLayer(tmp_channels, out_channels, 1, bias=False, down=2,
+                                resample_filter=resample_filter)
 
     def forward(self, x: torch.Tensor | None, img: torch.Tensor | None):
         if self.in_channels == 0:
