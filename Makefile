@@ -11,7 +11,7 @@ $(VENV)/.installed: pyproject.toml
 	$(VENV)/bin/pip install --quiet -e .
 	touch $@
 
-.PHONY: venv demo test dry-run-paper
+.PHONY: venv demo test dry-run-paper bench
 venv: $(VENV)/.installed
 
 demo: venv
@@ -22,3 +22,8 @@ test: venv
 
 dry-run-paper: venv
 	$(VENV)/bin/snakemake -n all
+
+# Each component vs its bare-loop / direct-library limit, side by side (src/atat/bench.py);
+# table on the terminal, CSV in results/bench/bench.csv.
+bench: venv
+	$(VENV)/bin/python -m atat.bench
