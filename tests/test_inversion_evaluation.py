@@ -121,6 +121,16 @@ def test_facenet_loader_reads_a_state_dict_and_gives_unit_norm_embeddings(tmp_pa
         assert torch.allclose(emb, ref(x), atol=1e-6)
     with pytest.raises(FileNotFoundError):
         load_facenet(tmp_path / "missing.pt")
+    assert net.resolution == 160  # spec §5.4 default
+    # face_embedding.resolution is used for the FaceNet source (it was hard-coded to 160)
+    assert load_face_network(tmp_path / "vggface2.pt", resolution=128).resolution == 128
+
+
+def test_missing_face_network_file_names_the_path(tmp_path):
+    missing = tmp_path / "weights" / "20180402-114759-vggface2.pt"
+    with pytest.raises(FileNotFoundError, match="face-embedding network not found: .*"
+                       "20180402-114759-vggface2.pt.*facenet_weights"):
+        load_face_network(missing)
 
 
 def test_public_holdout_split_is_per_identity_and_disjoint():
@@ -143,6 +153,9 @@ def test_face_embedding_trains_on_the_public_pool(data_dir, tmp_path):
     assert 0 <= m["heldout_acc"] <= 1 and 0 <= m["heldout_nn_acc"] <= 1
     net = load_face_network(tmp_path / "face.pt")
     assert net.resolution == 16 and not net.training
+    assert load_face_network(tmp_path / "face.pt", resolution=16).resolution == 16
+    with pytest.raises(ValueError, match="trained at 16 px, face_embedding.resolution is 32"):
+        load_face_network(tmp_path / "face.pt", resolution=32)
     with torch.no_grad():
         emb = net(torch.rand(2, 3, 16, 16) * 2 - 1)
     assert emb.shape == (2, 512)

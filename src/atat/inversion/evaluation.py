@@ -335,33 +335,57 @@ class FaceEmbedding(nn.Module):
         return F.normalize(self.classifier.features(x), p=2, dim=1)
 
 
-def load_facenet(weights_path: str | Path, device: str | torch.device = "cpu") -> nn.Module:
+#: FaceNet's input size (facenet-pytorch / spec §5.4); ``face_embedding.resolution`` default.
+FACENET_RESOLUTION = 160
+
+
+def _require_face_file(path: Path) -> None:
+    if not path.is_file():
+        raise FileNotFoundError(
+            f"face-embedding network not found: {path} (face_embedding.source facenet: the "
+            f"VGGFace2 InceptionResnetV1 state dict from face_embedding.url, rule "
+            f"facenet_weights; public_classifier: rule train_face_embedding)")
+
+
+def load_facenet(weights_path: str | Path, device: str | torch.device = "cpu",
+                 resolution: int | None = None) -> nn.Module:
     """facenet-pytorch ``InceptionResnetV1(pretrained=None, classify=False)`` with the state
     dict of ``weights_path`` (e.g. ``20180402-114759-vggface2.pt``; its 8631-way ``logits``
     layer is dropped, it is unused with ``classify=False``). Eval mode; maps [-1, 1] images
-    (160 px in spec §5.4) to unit-norm 512-d embeddings."""
+    to unit-norm 512-d embeddings. ``resolution`` (config ``face_embedding.resolution``): the
+    size attack and real images are resized to (``net.resolution``; default 160 as spec §5.4,
+    the network's average pooling accepts other sizes)."""
     from facenet_pytorch import InceptionResnetV1  # slow import (pulls in MTCNN & co.)
 
     path = Path(weights_path)
-    if not path.is_file():
-        raise FileNotFoundError(f"FaceNet weights not found: {path}")
+    _require_face_file(path)
     state = torch.load(path, map_location="cpu", weights_only=True)
     state = {k: v for k, v in state.items() if not k.startswith("logits.")}
     net = InceptionResnetV1(pretrained=None, classify=False)
     net.load_state_dict(state)
-    net.resolution = 160
+    net.resolution = int(resolution) if resolution is not None else FACENET_RESOLUTION
     return net.to(device).eval()
 
 
-def load_face_network(path: str | Path, device: str | torch.device = "cpu") -> nn.Module:
+def load_face_network(path: str | Path, device: str | torch.device = "cpu",
+                      resolution: int | None = None) -> nn.Module:
     """The face network of δ_face from ``path``: a public-classifier checkpoint of
-    :func:`train_face_embedding`, or a FaceNet state dict (see :func:`load_facenet`)."""
+    :func:`train_face_embedding`, or a FaceNet state dict (see :func:`load_facenet`).
+    ``resolution`` (config ``face_embedding.resolution``) sets FaceNet's input size; a
+    public classifier runs at the resolution it was trained at, and a different
+    ``resolution`` is an error (retrain it)."""
+    path = Path(path)
+    _require_face_file(path)
     ckpt = torch.load(path, map_location="cpu", weights_only=True)
     if isinstance(ckpt, Mapping) and ckpt.get("kind") == "public_classifier":
+        if resolution is not None and int(resolution) != int(ckpt["resolution"]):
+            raise ValueError(f"{path}: face-embedding network trained at {ckpt['resolution']} "
+                             f"px, face_embedding.resolution is {resolution}; retrain it "
+                             f"(rule train_face_embedding)")
         classifier = build_model(ckpt["architecture"], ckpt["n_classes"])
         classifier.load_state_dict(ckpt["state_dict"])
         return FaceEmbedding(classifier, ckpt["resolution"]).to(device).eval()
-    return load_facenet(path, device)
+    return load_facenet(path, device, resolution)
 
 
 def public_holdout_split(labels: Sequence[int], fraction: float = FACE_HOLDOUT_FRACTION,

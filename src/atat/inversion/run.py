@@ -93,7 +93,7 @@ def run_inversion(*, attack: str, params: Mapping[str, Any], ids: Mapping[str, A
                   perceptual: Mapping[str, Any] | None, out_per_image: str | Path,
                   out_metrics: str | Path, out_images: str | Path, out_latents: str | Path,
                   resume_dir: str | Path | None = None, device: str = "cpu",
-                  progress: bool = True) -> dict[str, Any]:
+                  progress: bool = True, face_resolution: int | None = None) -> dict[str, Any]:
     start = time.time()
     model, defense, ckpt = load_model(model_path, device)
     target = TargetLogits(model, defense).eval()
@@ -104,7 +104,8 @@ def run_inversion(*, attack: str, params: Mapping[str, Any], ids: Mapping[str, A
     if evaluation.n_classes != int(params["n_classes"]):
         raise ValueError(f"{evaluation_path}: evaluation model has {evaluation.n_classes} classes, "
                          f"the dataset {params['n_classes']}")
-    face_net = load_face_network(face_path, device) if (faces and face_path) else None
+    face_net = (load_face_network(face_path, device, face_resolution)
+                if (faces and face_path) else None)
     classes = target_classes(params["targets"], int(params["n_classes"]),
                              params.get("dataset_kind", ""), int(params["seed"]),
                              first_k=(attack == "ifgmi"))
