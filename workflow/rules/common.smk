@@ -14,7 +14,10 @@ from atat.config import (  # noqa: E402
     training_params,
     validate_config,
 )
-from atat.models import weights_filename  # noqa: E402
+from atat.weights_table import (  # noqa: E402
+    torchvision_weights_filename,
+    torchvision_weights_url,
+)
 
 try:
     validate_config(config)
@@ -60,7 +63,7 @@ def weights_path(wildcards):
     if not params["pretrained"]:
         return None
     weights = config["architectures"][wildcards.arch].get("weights", "IMAGENET1K_V1")
-    return f"{RES}/weights/torchvision/{weights_filename(wildcards.arch, weights)}"
+    return f"{RES}/weights/torchvision/{torchvision_weights_filename(wildcards.arch, weights)}"
 
 
 def prior_model(wildcards):
@@ -157,17 +160,17 @@ def all_targets():
 def torchvision_weight_urls():
     """File name -> URL of every ImageNet weight file the config can ask for: the target
     architectures, the evaluation model (Inception-v3, spec attacks §5.2) and VGG16 (the
-    feature network of VGG16-LPIPS, spec attacks §4.2)."""
-    from torchvision.models import get_model_weights
-
-    from atat.models import weights_enum
-
-    enums = [weights_enum(arch, spec.get("weights", "IMAGENET1K_V1"))
-             for arch, spec in config["architectures"].items()]
+    feature network of VGG16-LPIPS, spec attacks §4.2). From the static table of
+    atat.weights_table: importing torchvision here would cost every dry run ~5 s."""
+    wanted = [(arch, spec.get("weights", "IMAGENET1K_V1"))
+              for arch, spec in config["architectures"].items()]
     ev = config.get("evaluation_model") or {}
     if ev.get("pretrained"):
-        arch = ev.get("architecture", "inception_v3")
-        enums.append(get_model_weights(arch)[ev.get("weights", "IMAGENET1K_V1")])
+        wanted.append((ev.get("architecture", "inception_v3"), ev.get("weights", "IMAGENET1K_V1")))
     if config.get("inversion"):
-        enums.append(get_model_weights("vgg16")["IMAGENET1K_V1"])
-    return {Path(enum.url).name: enum.url for enum in enums}
+        wanted.append(("vgg16", "IMAGENET1K_V1"))
+    try:
+        urls = [torchvision_weights_url(arch, weights) for arch, weights in wanted]
+    except ValueError as exc:
+        raise WorkflowError(f"invalid configuration: {exc}") from None
+    return {Path(url).name: url for url in urls}

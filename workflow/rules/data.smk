@@ -74,10 +74,7 @@ def _facenet_name():
 
 
 def _torchvision_file(arch, weights):
-    import torchvision
-
-    url = torchvision.models.get_model_weights(arch)[weights].url
-    return f"{RES}/weights/torchvision/{Path(url).name}"
+    return f"{RES}/weights/torchvision/{torchvision_weights_filename(arch, weights)}"
 
 
 def generator_file(name):
