@@ -14,7 +14,9 @@ Specification (one dict, normally read from ``config/regressions.yaml``)::
     sample:      {defense_types: [...], defenses: [...], exclude_defenses: [...],
                   datasets: [...], architectures: [...],
                   exclude_rows: [{column: value(s), ...}, ...]}  (every key optional;
-                  an exclude_rows rule drops rows matching all of its column values)
+                  an exclude_rows rule drops rows matching all of its column values;
+                  `defenses` names variants, `defense_types` implementations -- a type
+                  also catches every variant of it, e.g. type nodef = nodef + permuted)
     family:      ols | beta
     controls:    none | acc_x_dataset | acc_x_architecture
     # optional (defaults in DEFAULTS below)
@@ -58,6 +60,8 @@ __all__ = [
     "expand_grids",
     "select_sample",
     "build_design",
+    "parameter_count",
+    "check_size",
     "squeeze_unit_interval",
     "fit_ols",
     "fit_beta",
@@ -90,6 +94,8 @@ OLS_COV_TYPES = ("nonrobust", "HC0", "HC1", "HC2", "HC3")
 SAMPLE_KEYS = ("defense_types", "defenses", "exclude_defenses", "datasets", "architectures",
                "exclude_rows")
 GROUP_KEYS = ("dataset", "architecture", "defense", "defense_type")
+#: Keys of a regressor set written as a mapping (see :func:`expand_grids`).
+REGSET_KEYS = ("regressors", "interaction_main_effects")
 
 TIDY_COLUMNS = [
     "spec", "table", "family", "response", "sample_name", "regressor_set", "controls",
@@ -152,7 +158,9 @@ def expand_grids(config: Mapping[str, Any]) -> list[dict[str, Any]]:
     The config may hold ``specs`` (explicit list) and/or ``grids``; a grid entry names a
     ``sample`` from ``samples`` and lists ``families``, ``regressor_sets`` (keys of
     ``regressor_sets``) and ``controls``; it yields their Cartesian product.  Top-level
-    ``defaults`` are applied to every spec.
+    ``defaults`` are applied to every spec.  A regressor set is a list of columns or a
+    mapping ``{regressors: [...], interaction_main_effects: bool}`` (the form of the
+    control's interaction that goes with it, e.g. Tables 17/20's ``acc + acc:factor``).
     """
     defaults = dict(config.get("defaults") or {})
     samples = dict(config.get("samples") or {})
@@ -171,15 +179,25 @@ def expand_grids(config: Mapping[str, Any]) -> list[dict[str, Any]]:
             if ctl != "none":
                 parts.append(ctl)
             parts += [rs, fam]
+            regset = regsets[rs]
+            options: dict[str, Any] = {}
+            if isinstance(regset, Mapping):
+                bad = set(regset) - set(REGSET_KEYS)
+                if bad or "regressors" not in regset:
+                    raise ValueError(f"regressor set '{rs}': needs 'regressors', may have "
+                                     f"{REGSET_KEYS[1:]}; got {sorted(regset)}")
+                options = {k: v for k, v in regset.items() if k != "regressors"}
+                regset = regset["regressors"]
             spec = {
                 **defaults,
                 **{k: v for k, v in grid.items() if k not in
                    ("sample", "families", "regressor_sets", "controls", "response_label")},
+                **options,
                 "name": "_".join(parts),
                 "sample_name": sample_name,
                 "sample": copy.deepcopy(samples[sample_name]),
                 "regressor_set": rs,
-                "regressors": list(regsets[rs]),
+                "regressors": list(regset),
                 "family": fam,
                 "controls": ctl,
             }
@@ -262,6 +280,60 @@ def _is_accuracy_like(col: str) -> bool:
             or col in ("test_acc", "val_acc", "test_top5") or col.endswith("_evalconf"))
 
 
+def _factor_levels(data: pd.DataFrame, spec: Mapping[str, Any]
+                   ) -> tuple[str | None, list[str], str | None]:
+    """(factor, its levels in ``data``, reference level) of the spec's control, or
+    ``(None, [], None)`` without one; raises :class:`SpecSkipped` when the sample has fewer
+    than two levels or lacks the reference level."""
+    factor = CONTROLS[spec.get("controls", "none")]
+    if factor is None:
+        return None, [], None
+    if factor not in data.columns:
+        raise SpecSkipped(f"control {spec['controls']} needs column '{factor}', absent")
+    levels = sorted(data[factor].astype(str).unique())
+    ref = (spec.get("reference_levels") or {}).get(factor)
+    if len(levels) < 2:
+        raise SpecSkipped(
+            f"control {spec['controls']} needs >=2 levels of {factor} in the sample; "
+            f"found {levels}")
+    if ref not in levels:
+        raise SpecSkipped(f"reference level {factor}={ref!r} absent from sample {levels}")
+    return factor, levels, ref
+
+
+def parameter_count(spec: Mapping[str, Any], data: pd.DataFrame) -> int:
+    """Number of estimated parameters k of the spec on the sample ``data`` (only its
+    identifier columns are read): intercept + regressors (+ the accuracy column if a control
+    needs it and it is not a regressor) + per non-reference level of the control its dummy
+    (if ``interaction_main_effects``) and interaction, + the Beta precision. This is the k
+    of :func:`build_design` (plus phi), so it can be evaluated on planned runs before any
+    number exists (:func:`atat.report.spec_identifiable`)."""
+    k = 1 + len(spec["regressors"])
+    factor, levels, _ = _factor_levels(data, spec)
+    if factor is not None:
+        if spec.get("accuracy_column", "test_acc") not in spec["regressors"]:
+            k += 1
+        per_level = 2 if spec.get("interaction_main_effects", True) else 1
+        k += per_level * (len(levels) - 1)
+    return k + (1 if spec.get("family") == "beta" else 0)
+
+
+def check_size(spec: Mapping[str, Any], data: pd.DataFrame) -> int:
+    """Raise :class:`SpecSkipped` unless the sample ``data`` leaves at least
+    ``min_df_resid`` residual degrees of freedom (n - k); return k. The one place that
+    decides whether a sample is large enough -- for a fit (:func:`fit_spec`) and for
+    planning a target (:func:`atat.report.spec_identifiable`)."""
+    if len(data) == 0:
+        raise SpecSkipped("sample is empty after filtering")
+    k = parameter_count(spec, data)
+    df_resid = len(data) - k
+    if df_resid < int(spec.get("min_df_resid", DEFAULTS["min_df_resid"])):
+        raise SpecSkipped(
+            f"too few rows: n={len(data)} for {k} parameters (df_resid={df_resid} < "
+            f"min_df_resid={spec.get('min_df_resid', DEFAULTS['min_df_resid'])})")
+    return k
+
+
 def build_design(data: pd.DataFrame, spec: Mapping[str, Any]) -> tuple[pd.DataFrame, list[str]]:
     """Design matrix (with ``const`` first) for the spec's regressors and controls.
 
@@ -273,20 +345,12 @@ def build_design(data: pd.DataFrame, spec: Mapping[str, Any]) -> tuple[pd.DataFr
     notes: list[str] = []
     cols = list(spec["regressors"])
     X = data[cols].astype(float).copy()
-    factor = CONTROLS[spec.get("controls", "none")]
+    factor, levels, ref = _factor_levels(data, spec)
     if factor is not None:
         acc = spec.get("accuracy_column", "test_acc")
         if acc not in X.columns:
             X[acc] = data[acc].astype(float)
             notes.append(f"added {acc} (needed by the {factor} interaction)")
-        levels = sorted(data[factor].astype(str).unique())
-        ref = (spec.get("reference_levels") or {}).get(factor)
-        if len(levels) < 2:
-            raise SpecSkipped(
-                f"control {spec['controls']} needs >=2 levels of {factor} in the sample; "
-                f"found {levels}")
-        if ref not in levels:
-            raise SpecSkipped(f"reference level {factor}={ref!r} absent from sample {levels}")
         for lvl in levels:
             if lvl == ref:
                 continue
@@ -480,12 +544,10 @@ def fit_spec(df: pd.DataFrame, spec: Mapping[str, Any]) -> dict[str, Any]:
     X, dnotes = build_design(data, spec)
     notes += dnotes
     y = data[spec["response"]].astype(float)
-    k = X.shape[1] + (1 if spec["family"] == "beta" else 0)
-    df_resid = len(data) - k
-    if df_resid < int(spec["min_df_resid"]):
-        raise SpecSkipped(
-            f"too few rows: n={len(data)} for {k} parameters (df_resid={df_resid} < "
-            f"min_df_resid={spec['min_df_resid']})")
+    k = check_size(spec, data)
+    if k != X.shape[1] + (1 if spec["family"] == "beta" else 0):  # parameter_count's contract
+        raise RuntimeError(f"spec {spec['name']}: parameter_count {k} disagrees with the "
+                           f"design's {X.shape[1]} columns")
     rank = np.linalg.matrix_rank(X.to_numpy())
     if rank < X.shape[1]:
         raise SpecSkipped(f"design matrix rank {rank} < {X.shape[1]} columns {list(X.columns)} "
