@@ -488,6 +488,52 @@ def test_kaggle_download_credentials_never_forwarded_or_logged(tmp_path, server,
                 assert secret.encode() not in f.read_bytes(), f
 
 
+def test_a_complete_archive_with_the_wrong_layout_is_not_pinned(tmp_path, server, monkeypatch):
+    # Issue 14.2: the first-use sha256 used to be recorded right after the integrity check,
+    # so a complete zip of the wrong dataset was pinned and the right file refused forever.
+    src = tmp_path / "src"
+    src.mkdir()
+    with zipfile.ZipFile(src / "wrong.zip", "w") as zf:  # a valid zip, not FaceScrub
+        zf.writestr("images/a/1.jpg", _img_bytes(1, "JPEG"))
+    make_facescrub_zip(src / "right.zip")
+    served = {"blob": (src / "wrong.zip").read_bytes()}
+    server.routes = {"/api/download": lambda h, q: _send(h, served["blob"])}
+    monkeypatch.setattr(P, "KAGGLE_DATASET_URL", f"{server.base}/api/download")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    for var in ("KAGGLE_CONFIG_DIR", "KAGGLE_USERNAME", "KAGGLE_KEY"):
+        monkeypatch.delenv(var, raising=False)
+    raw, lock = tmp_path / "raw", tmp_path / "lock.yaml"
+    _write_lock(lock, {"facescrub/facescrub-full.zip": {"note": "n"}})
+    out = tmp_path / "ds" / "facescrub"
+    with pytest.raises(P.RawDataError) as e:
+        P.prepare_dataset("facescrub", raw_dir=raw, out_dir=out, n_classes=6, lock_file=lock)
+    msg = str(e.value)
+    assert f"Not recorded in {lock}: {raw / 'facescrub-full.zip'}" in msg and "delete it" in msg
+    assert P.load_lock(lock)["facescrub/facescrub-full.zip"] == {"note": "n"}  # nothing pinned
+    _no_leftovers(out)
+    # the user deletes the wrong file as told; the next run downloads the right one
+    (raw / "facescrub-full.zip").unlink()
+    served["blob"] = (src / "right.zip").read_bytes()
+    P.prepare_dataset("facescrub", raw_dir=raw, out_dir=out, n_classes=6, lock_file=lock)
+    entry = P.load_lock(lock)["facescrub/facescrub-full.zip"]
+    assert entry["sha256"] == hashlib.sha256(served["blob"]).hexdigest()
+    assert "first download" in entry["recorded"] and entry["note"] == "n"
+
+
+def test_a_wrong_file_placed_by_hand_is_not_pinned_either(tmp_path, no_network):
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    make_facescrub_zip(raw / "facescrub-full.zip")
+    lock = tmp_path / "lock.yaml"
+    with pytest.raises(P.RawDataError, match="n_classes|classes"):  # 6 classes, not 7
+        P.prepare_dataset("facescrub", raw_dir=raw, out_dir=tmp_path / "x", n_classes=7,
+                          offline=True, lock_file=lock)
+    assert not lock.exists()
+    P.prepare_dataset("facescrub", raw_dir=raw, out_dir=tmp_path / "x", n_classes=6,
+                      offline=True, lock_file=lock)
+    assert "first use" in P.load_lock(lock)["facescrub/facescrub-full.zip"]["recorded"]
+
+
 def test_gdrive_confirm_flow_and_bad_download_deleted(tmp_path, server, monkeypatch):
     src = tmp_path / "src"
     make_celeba(src)

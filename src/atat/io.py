@@ -1,25 +1,74 @@
-"""Atomic file output: every artefact is written to a temporary name in the same
-directory and renamed into place, so an interrupted job never leaves a file that
-looks complete."""
+"""Atomic file output and the one checkpoint reader.
+
+Every artefact is written to a temporary name in the same directory (``.<name>.<random>.tmp``)
+and renamed into place, so an interrupted job never leaves a file that looks complete; the
+temporaries a killed process left behind are removed by the next writer of that output (and
+at the start of every workflow job, ``workflow/scripts/_common.py``). Every torch file of the
+project is read with :func:`torch_load`, which names the file and what to do when it is
+unreadable; resume checkpoints go through :func:`load_resume`, which moves a corrupt one aside
+so that the work starts over instead of failing on every retry."""
 
 from __future__ import annotations
 
 import contextlib
+import glob
 import json
+import logging
 import os
 import shutil
 import tempfile
+import time
 from pathlib import Path
 from typing import Any, Iterator
 
-import torch
+
+log = logging.getLogger(__name__)
+
+#: when this process started writing (import time of this module): a temporary of an atomic
+#: write that is older belongs to an earlier, killed process (no job writes another's outputs)
+PROCESS_STARTED = time.time()
+
+REBUILD_ADVICE = ("Delete it and run the workflow again: Snakemake then reruns the job that "
+                  "writes it (and the jobs that read it).")
+DOWNLOAD_ADVICE = ("Delete it and run the workflow again: it is downloaded and verified again "
+                   "(offline: place a good copy at this path).")
+
+
+class CheckpointError(RuntimeError):
+    """A project file (checkpoint, resume state, saved tensors) cannot be read."""
+
+
+def temporaries_of(path: str | os.PathLike[str]) -> list[Path]:
+    """The temporaries :func:`atomic_path` creates for ``path`` (any process, any age)."""
+    target = Path(path)
+    pattern = os.path.join(glob.escape(str(target.parent)), f".{glob.escape(target.name)}.*.tmp")
+    return [Path(p) for p in glob.glob(pattern)]
+
+
+def remove_stale_temporaries(path: str | os.PathLike[str], older_than: float | None = None) -> list[Path]:
+    """Delete the temporaries of ``path`` last modified before ``older_than`` (default: the
+    start of this process), i.e. those of earlier attempts killed while writing. Returns
+    the removed paths."""
+    limit = PROCESS_STARTED if older_than is None else older_than
+    removed = []
+    for tmp in temporaries_of(path):
+        with contextlib.suppress(OSError):
+            if tmp.stat().st_mtime < limit:
+                size = tmp.stat().st_size
+                tmp.unlink()
+                removed.append(tmp)
+                log.info("removed %s (%d bytes), left by an interrupted write of %s",
+                         tmp, size, Path(path).name)
+    return removed
 
 
 @contextlib.contextmanager
 def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
-    """Yield a temporary path next to ``path``; rename it to ``path`` on success."""
+    """Yield a temporary path next to ``path``; rename it to ``path`` on success. Stale
+    temporaries of ``path`` left by killed processes are removed first."""
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
+    remove_stale_temporaries(target)
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
     os.close(fd)
     tmp_path = Path(tmp)
@@ -70,9 +119,42 @@ def torch_save(obj: Any, path: str | os.PathLike[str]) -> None:
     fixed "archive/" rather than the (random) temporary file's name: the same object gives the
     same bytes wherever and whenever it is saved."""
     with atomic_path(path) as tmp, open(tmp, "wb") as handle:
+        import torch  # here, not at the top: the DAG imports this module (dry runs)
+
         torch.save(obj, handle)
 
 
-def torch_load(path: str | os.PathLike[str]) -> Any:
-    """Load a checkpoint written by this package (tensors and plain containers only)."""
-    return torch.load(path, map_location="cpu", weights_only=True)
+def torch_load(path: str | os.PathLike[str], *, weights_only: bool = True,
+               advice: str = REBUILD_ADVICE) -> Any:
+    """Load a torch file of this project (default: tensors and plain containers only) onto
+    the CPU. An unreadable file (truncated by a killed job or a partial copy, not a torch
+    file, objects ``weights_only`` refuses) raises :class:`CheckpointError` naming the file,
+    torch's reason and ``advice``; a missing file raises FileNotFoundError as usual."""
+    import torch
+
+    try:
+        return torch.load(path, map_location="cpu", weights_only=weights_only)
+    except (FileNotFoundError, IsADirectoryError, PermissionError, MemoryError):
+        raise
+    except Exception as e:  # PytorchStreamReader errors, EOFError, UnpicklingError, ...
+        reason = (str(e).strip().splitlines() or [""])[0][:300]
+        reason = f"{type(e).__name__}: {reason}" if reason else type(e).__name__
+        raise CheckpointError(f"{path}: cannot be read ({reason}). The file "
+                              f"is truncated or corrupt (a job killed while writing it, an "
+                              f"incomplete copy) or not a file of this workflow. {advice}") from None
+
+
+def load_resume(path: str | os.PathLike[str], *, weights_only: bool = True) -> Any | None:
+    """The content of resume checkpoint ``path``, or None when there is none to resume from:
+    missing, or unreadable -- then it is moved aside to ``<name>.corrupt`` (replacing an
+    older one) with a warning, and the caller starts that piece of work over."""
+    path = Path(path)
+    if not path.exists():
+        return None
+    try:
+        return torch_load(path, weights_only=weights_only, advice="")
+    except CheckpointError as e:
+        aside = path.with_name(path.name + ".corrupt")
+        os.replace(path, aside)
+        log.warning("%s -- moved it to %s and starting this part over", str(e).rstrip(" ."), aside)
+        return None

@@ -38,9 +38,10 @@ Raw files
     live in ``raw_dir`` under their upstream names (:func:`raw_files`).  Each is verified
     against the committed lock file ``data/checksums.lock.yaml`` (keys ``<source>/<name>``;
     ``size``, ``sha256`` and/or ``md5`` -- whatever is known).  A file with no recorded
-    ``sha256`` has its ``sha256`` and ``size`` *recorded* into the lock file at its first
-    download (or first use, if it was placed by hand), atomically, for the user to review and
-    commit.  A mismatch (wrong or truncated file) raises :class:`atat.downloads.ChecksumError`
+    ``sha256`` has its ``sha256`` and ``size`` *recorded* into the lock file after its first
+    download (or first use, if it was placed by hand) -- only once the dataset built from it is
+    complete, so an archive with the wrong content is never pinned -- atomically, for the user
+    to review and commit.  A mismatch (wrong or truncated file) raises :class:`atat.downloads.ChecksumError`
     naming the file and both hashes.  Downloads go to a temporary name in ``raw_dir`` and are
     renamed only once verified.  Files already in place are used without any network access;
     with ``offline=True`` the network is never touched and missing files are reported with
@@ -562,7 +563,11 @@ def fetch_raw(source: str, raw_dir: str | os.PathLike[str], offline: bool = Fals
     Files already present are verified and used without network access.  Missing files are
     downloaded (to a temporary name, verified, then renamed) unless ``offline``, in which
     case :class:`MissingRawFileError` lists every missing path and where to get the file.
-    Returns ``{name: {"path", "sha256", "md5", "size"}}``.
+    Returns ``{name: {"path", "sha256", "md5", "size", "unrecorded"}}``; ``unrecorded`` is
+    None when the lock file has the file's sha256, else what :func:`record_first_checksum`
+    needs -- nothing is written to the lock file here: :func:`prepare_dataset` records a new
+    file only once the dataset built from it is complete (a complete archive with the wrong
+    content must not be pinned).
     """
     raw_dir = Path(raw_dir)
     lock_file = Path(lock_file) if lock_file is not None else DEFAULT_LOCK_FILE
@@ -599,11 +604,19 @@ def fetch_raw(source: str, raw_dir: str | os.PathLike[str], offline: bool = Fals
         finally:
             if downloaded and src.exists():
                 src.unlink()
-        if not expected.get("sha256"):
-            record_first_checksum(lock_file, key, actual, rf.url, downloaded)
+        unrecorded = None if expected.get("sha256") else {"key": key, "url": rf.url,
+                                                           "downloaded": downloaded}
         log.info("verified %s (sha256 %s, %d bytes)", dest, actual["sha256"], actual["size"])
-        out[rf.name] = {"path": dest, **actual}
+        out[rf.name] = {"path": dest, **actual, "unrecorded": unrecorded}
     return out
+
+
+def _record_new_files(lock_file: Path, files: Mapping[str, Mapping[str, Any]]) -> None:
+    """Record the sha256/size of the raw files the lock file did not know (after the build)."""
+    for info in files.values():
+        new = info.get("unrecorded")
+        if new:
+            record_first_checksum(lock_file, new["key"], info, new["url"], new["downloaded"])
 
 
 # --------------------------------------------------------------------------------------
@@ -1107,6 +1120,7 @@ def prepare_dataset(
         raise ValueError(f"raw_dir {raw} must not lie inside out_dir {out}")
     if out.exists() and not (out.is_dir() and not any(out.iterdir())) and not overwrite:
         raise FileExistsError(f"{out} exists and is not empty (pass overwrite=True)")
+    lock_file = Path(lock_file) if lock_file is not None else DEFAULT_LOCK_FILE
     files = fetch_raw(source, raw, offline, lock_file=lock_file)
 
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -1136,9 +1150,18 @@ def prepare_dataset(
         }
         meta_out = write_dataset(private, df, meta)
         install_dir(tmp, out)
+    except RawDataError as e:
+        shutil.rmtree(tmp, ignore_errors=True)
+        new = [str(v["path"]) for v in files.values() if v.get("unrecorded")]
+        if not new:
+            raise
+        raise type(e)(f"{e}. Not recorded in {lock_file}: {', '.join(new)} -- if that is the "
+                      "wrong file, replace or delete it (it is then downloaded again unless "
+                      "offline).") from None
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+    _record_new_files(lock_file, files)  # only now: the dataset built from them is complete
     log.info("%s: %d images, %d classes, counts %s", source, len(df), len(class_names), meta_out["counts"])
     return {"out_dir": str(out), "private": meta_out,
             "raw_files": {k: {"sha256": v["sha256"], "size": v["size"]} for k, v in files.items()}}

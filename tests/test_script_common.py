@@ -1,0 +1,157 @@
+"""workflow/scripts/_common.py: jobs run the code of the checkout they were started in, and
+a retry appends to the rule's log instead of overwriting the failed attempt's."""
+
+import importlib.util
+import logging
+import os
+import shutil
+import subprocess
+import sys
+import types
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+TINY = """
+datasets:
+  synthfaces:
+    resolution: 32
+    n_classes: 4
+    synthetic: {n_private_identities: 4, n_public_identities: 2, images_per_identity: 4,
+                public_images_per_identity: 2, seed: 1}
+grid:
+  - datasets: [synthfaces]
+    architectures: [resnet18]
+    defenses: [nodef]
+inversion: {attacks: []}
+"""
+
+
+def load_common(monkeypatch):
+    """A fresh copy of _common (importing it rearranges sys.path, setup() sets the torch
+    threads and stderr: all undone by monkeypatch)."""
+    import torch
+
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    monkeypatch.setattr(sys, "stderr", sys.stderr)
+    threads = torch.get_num_threads()
+    monkeypatch.setattr(torch, "set_num_threads", lambda n: None)
+    assert torch.get_num_threads() == threads
+    spec = importlib.util.spec_from_file_location("_common_under_test",
+                                                  ROOT / "workflow" / "scripts" / "_common.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def copy_checkout(dest: Path) -> Path:
+    """The files of this working tree that a run needs (tracked and new, not ignored)."""
+    listed = subprocess.run(["git", "ls-files", "-z", "-co", "--exclude-standard", "--",
+                             "Snakefile", "src", "workflow", "config", "data", "envs"], cwd=ROOT,
+                            capture_output=True, check=True).stdout.decode().split("\0")
+    for rel in filter(None, listed):
+        if (ROOT / rel).is_file():
+            (dest / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(ROOT / rel, dest / rel)
+    return dest
+
+
+def test_two_checkouts_one_environment_each_job_runs_its_own_checkout(tmp_path):
+    # The virtualenv running this test has an editable install of ROOT (its .pth puts
+    # ROOT/src on sys.path); Snakemake's script preamble appends the main process's path
+    # after it. Each clone's job must still import the clone's own package.
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env["OMP_NUM_THREADS"] = "1"
+    for name in ("clone_a", "clone_b"):
+        clone = copy_checkout(tmp_path / name)
+        (clone / "tiny.yaml").write_text(TINY)
+        target = "resources/datasets/synthfaces"
+        proc = subprocess.run(
+            [sys.executable, "-m", "snakemake", "--configfile", "config/demo.yaml", "tiny.yaml",
+             "--cores", "1", target], cwd=clone, env=env, capture_output=True, text=True,
+            timeout=900)
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+        log = (clone / "logs" / "data" / "synthfaces_synthfaces.log").read_text()
+        ran = [line for line in log.splitlines() if "runs the code in" in line]
+        assert len(ran) == 1, log[-2000:]
+        assert ran[0].endswith(f"runs the code in {clone / 'src' / 'atat'}"), ran[0]
+
+
+def test_this_checkout_goes_first_and_a_foreign_atat_is_dropped(tmp_path, monkeypatch):
+    common = load_common(monkeypatch)
+    here = str(common.SRC)
+    other = tmp_path / "other" / "src"
+    (other / "atat").mkdir(parents=True)
+    (other / "atat" / "__init__.py").write_text("")
+    foreign = types.ModuleType("atat")
+    foreign.__file__ = str(other / "atat" / "__init__.py")
+    saved = {m: sys.modules[m] for m in list(sys.modules) if m == "atat" or m.startswith("atat.")}
+    try:
+        for m in saved:
+            del sys.modules[m]
+        sys.modules["atat"] = foreign
+        sys.modules["atat.io"] = types.ModuleType("atat.io")  # no __file__: also foreign
+        sys.path[:] = [str(other), "/x", here, "/y", here]  # editable .pth first, ours appended
+        common.use_this_checkout()
+        assert sys.path == [here, str(other), "/x", "/y"]
+        assert "atat" not in sys.modules and "atat.io" not in sys.modules
+    finally:
+        for m in [m for m in sys.modules if m == "atat" or m.startswith("atat.")]:
+            del sys.modules[m]
+        sys.modules.update(saved)
+
+
+def test_our_own_atat_is_kept(monkeypatch):
+    import atat
+
+    common = load_common(monkeypatch)
+    if not atat.__file__.startswith(str(common.SRC)):
+        pytest.skip("atat is imported from elsewhere in this test process")
+    common.use_this_checkout()
+    assert sys.modules["atat"] is atat
+
+
+class FakeSnakemake:
+    def __init__(self, log, outputs=()):
+        self.log = [str(log)]
+        self.output = [str(o) for o in outputs]
+        self.threads = 1
+        self.rule = "fake_rule"
+
+
+def test_each_attempt_appends_under_its_own_header(tmp_path, monkeypatch):
+    common = load_common(monkeypatch)
+    log_file = tmp_path / "logs" / "x.log"
+    for attempt in (1, 2, 3):
+        common.setup(FakeSnakemake(log_file))
+        logging.getLogger("atat.test").error("failure of attempt %d", attempt)
+        sys.stderr.close()
+        logging.basicConfig(force=True)
+    lines = log_file.read_text().splitlines()
+    headers = [line for line in lines if line.startswith("===== attempt ")]
+    assert [h.split()[2] for h in headers] == ["1", "2", "3"]
+    import socket
+
+    assert all(socket.gethostname() in h and "started 20" in h for h in headers)
+    for attempt in (1, 2, 3):  # every attempt's output survives, in order, after its header
+        at = lines.index(headers[attempt - 1])
+        nxt = lines.index(headers[attempt]) if attempt < 3 else len(lines)
+        assert any(f"failure of attempt {attempt}" in line for line in lines[at:nxt])
+
+
+def test_setup_removes_stale_temporaries_of_the_outputs(tmp_path, monkeypatch):
+    common = load_common(monkeypatch)
+    out = tmp_path / "results" / "model.pt"
+    out.parent.mkdir(parents=True)
+    stale = out.parent / ".model.pt.k2j3h4.tmp"
+    stale.write_bytes(b"x" * 100)
+    os.utime(stale, (1e9, 1e9))  # written long before this process started
+    other = out.parent / ".other.pt.a1b2c3.tmp"  # a temporary of another output: not ours
+    other.write_bytes(b"y")
+    os.utime(other, (1e9, 1e9))
+    common.setup(FakeSnakemake(tmp_path / "x.log", [out]))
+    sys.stderr.close()
+    logging.basicConfig(force=True)
+    assert not stale.exists() and other.exists()
