@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import textwrap
 from pathlib import Path
 from typing import Mapping, Sequence
 
@@ -56,11 +57,25 @@ def _save(fig, out_png: str | Path) -> None:
 def observed_vs_predicted(summary: pd.DataFrame, spec: dict, out_png: str | Path) -> dict:
     """Figure 2: observed leakage against the leakage predicted by one regression spec
     (normally Table 5's joint OLS, T15_ppa_generic_joint_ols), one point per model coloured
-    by defense, with the 45-degree line; R2 and MAE in the title. Raises
-    :class:`atat.stats.regression.SpecSkipped` if the spec cannot be fitted."""
-    from atat.stats.regression import fit_spec
+    by defense, with the 45-degree line; R2 and MAE in the title. Returns n, R2 and MAE.
 
-    fit = fit_spec(summary, spec)
+    A spec that cannot be fitted on ``summary`` (:class:`atat.stats.regression.SpecSkipped`:
+    too few models, missing columns, collinear design, ...) gives a figure that says so and
+    why -- no point or number is drawn -- and ``{"skipped": reason}``, as a skipped spec's
+    column in the regression tables does."""
+    from atat.stats.regression import SpecSkipped, fit_spec
+
+    try:
+        fit = fit_spec(summary, spec)
+    except SpecSkipped as exc:
+        reason = str(exc)
+        fig, ax = plt.subplots(figsize=(4.6, 4.2))
+        ax.axis("off")
+        ax.text(0.5, 0.5, "\n".join(["Figure 2 not drawn:", f"spec {spec['name']} skipped",
+                                      *textwrap.wrap(reason, 48)]),
+                ha="center", va="center", fontsize=8, transform=ax.transAxes)
+        _save(fig, out_png)
+        return {"skipped": reason}
     data = fit["data"]
     res = fit["result"]
     if fit["spec"]["family"] == "ols":

@@ -1,7 +1,9 @@
 """Which statistics tables and figures the current config can produce.
 
 The workflow makes a table a target of ``all`` only when the config produces every input it
-needs (paper §4-6, App. G-I all need model-inversion leakage in results/summary.csv).
+needs (paper §4-6, App. G-I all need model-inversion leakage in results/summary.csv), and
+a regression output (Tables 5, 15-20, cost of privacy, Figure 2) only when at least one of
+its specifications can be fitted on the planned models (:func:`spec_identifiable`).
 These functions hold that decision so it can be unit-tested without Snakemake; the rules in
 ``workflow/rules/stats.smk`` call :func:`stats_targets`.
 
@@ -13,6 +15,8 @@ ppdg]``); each adds the summary columns ``{attack}_{metric}`` for the metrics of
 from __future__ import annotations
 
 from typing import Any, Iterable, Mapping
+
+import pandas as pd
 
 from atat.summary import INVERSION_METRICS
 from atat.tables import MAIN_TABLES
@@ -26,7 +30,8 @@ TABLE5_SPECS = ("T15_ppa_generic_joint_ols", "T15_ppa_generic_joint_beta")
 EXTS = ("csv", "md", "tex")
 
 __all__ = ["INVERSION_METRICS", "REGRESSION_TABLE_IDS", "MAIN_TABLE_IDS", "inversion_attacks",
-           "summary_columns", "regression_table_buildable", "causal_buildable",
+           "summary_columns", "planned_sample_frame", "spec_identifiable",
+           "regression_table_buildable", "causal_buildable",
            "main_table_buildable", "stats_targets"]
 
 
@@ -40,11 +45,31 @@ def summary_columns(config: Mapping[str, Any]) -> set[str]:
     return {f"{a}_{m}" for a in inversion_attacks(config) for m in INVERSION_METRICS}
 
 
+def planned_sample_frame(config: Mapping[str, Any], runs: Iterable[Any]) -> pd.DataFrame:
+    """The identifier columns results/summary.csv will have for the planned ``runs`` (one row
+    per model: dataset, architecture, defense, defense_type, seed, treatment), so that a
+    spec's sample can be selected by :func:`atat.stats.regression.select_sample` -- the
+    same selection the fit makes -- before any model is trained."""
+    defenses = config.get("defenses") or {}
+    rows = [{"dataset": r.dataset, "architecture": r.architecture, "defense": r.defense,
+             "defense_type": (defenses.get(r.defense) or {}).get("type", r.defense),
+             "seed": getattr(r, "seed", 0), "treatment": getattr(r, "treatment", None)}
+            for r in runs]
+    frame = pd.DataFrame(rows, columns=["dataset", "architecture", "defense", "defense_type",
+                                        "seed", "treatment"])
+    frame["treatment"] = pd.to_numeric(frame["treatment"])   # None -> NaN (not causal)
+    return frame
+
+
 def spec_identifiable(spec: Mapping[str, Any], config: Mapping[str, Any],
                       runs: Iterable[Any] | None = None) -> bool:
     """The config produces the spec's response and regressor columns and (given ``runs``)
-    at least one model of the spec's sample datasets and architectures."""
+    the spec's sample of the planned models is large enough to fit it: n - k >=
+    ``min_df_resid`` (:func:`atat.stats.regression.check_size`, the check the fit makes),
+    with the sample selected exactly as the fit will select it (defense variants, datasets,
+    architectures, excluded rows, causal rows)."""
     from atat.config import eps_tag
+    from atat.stats.regression import SpecSkipped, check_size, select_sample
 
     cols = summary_columns(config) | {"test_acc"} | {
         f"robust_acc_eps{eps_tag(e)}" for e in config["autoattack"]["epsilons"]}
@@ -52,10 +77,12 @@ def spec_identifiable(spec: Mapping[str, Any], config: Mapping[str, Any],
         return False
     if runs is None:
         return True
-    sample = spec.get("sample") or {}
-    return any((not sample.get("datasets") or r.dataset in sample["datasets"])
-               and (not sample.get("architectures") or r.architecture in sample["architectures"])
-               for r in runs)
+    try:
+        sample, _ = select_sample(planned_sample_frame(config, runs), spec)
+        check_size(spec, sample)
+    except SpecSkipped:
+        return False
+    return True
 
 
 def regression_table_buildable(table_id: str, config: Mapping[str, Any],
@@ -106,8 +133,8 @@ def stats_targets(config: Mapping[str, Any], regressions: Mapping[str, Any],
     for t in REGRESSION_TABLE_IDS:
         if regression_table_buildable(t, config, specs, runs):
             targets += _table(t)
-    if regressions.get("cost_of_privacy") and regression_table_buildable("5", config, specs,
-                                                                          runs):
+    cop = [s for s in specs if s["name"] == (regressions.get("cost_of_privacy") or {}).get("spec")]
+    if cop and cop[0]["response"] in cols and spec_identifiable(cop[0], config, runs):
         targets += ["results/stats/cost_of_privacy.csv", "results/stats/cost_of_privacy.md"]
     if causal_buildable(config, regressions):
         targets += _table("21") + _table("22")

@@ -320,12 +320,20 @@ def parameter_count(spec: Mapping[str, Any], data: pd.DataFrame) -> int:
 
 def check_size(spec: Mapping[str, Any], data: pd.DataFrame) -> int:
     """Raise :class:`SpecSkipped` unless the sample ``data`` leaves at least
-    ``min_df_resid`` residual degrees of freedom (n - k); return k. The one place that
+    ``min_df_resid`` residual degrees of freedom (n - k) and, for an ``accuracy * factor``
+    control, holds two models per level of the factor; return k. The one place that
     decides whether a sample is large enough -- for a fit (:func:`fit_spec`) and for
     planning a target (:func:`atat.report.spec_identifiable`)."""
     if len(data) == 0:
         raise SpecSkipped("sample is empty after filtering")
     k = parameter_count(spec, data)
+    factor, _, _ = _factor_levels(data, spec)
+    if factor is not None and spec.get("interaction_main_effects", True):
+        counts = data[factor].astype(str).value_counts().sort_index()
+        if (counts < 2).any():  # own intercept and slope per level: one model cannot fix both
+            raise SpecSkipped(
+                f"control {spec['controls']} (accuracy * {factor}) needs >=2 models per level "
+                f"of {factor}; found {counts.to_dict()}")
     df_resid = len(data) - k
     if df_resid < int(spec.get("min_df_resid", DEFAULTS["min_df_resid"])):
         raise SpecSkipped(
