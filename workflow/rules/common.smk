@@ -12,15 +12,17 @@ from atat.config import (  # noqa: E402
     eps_tag,
     model_runs,
     training_params,
-    validate_config,
 )
+from atat.config_memo import validate_config_once  # noqa: E402
 from atat.weights_table import (  # noqa: E402
     torchvision_weights_filename,
     torchvision_weights_url,
 )
 
+# The full check imports torch (defense parameters); it is skipped when this exact config
+# and code passed before (marker under .snakemake/, see atat.config_memo).
 try:
-    validate_config(config)
+    validate_config_once(config, ".snakemake/atat-validated-configs")
 except ConfigError as exc:
     raise WorkflowError(str(exc)) from None
 
@@ -74,10 +76,22 @@ def prior_model(wildcards):
     return f"results/models/{wildcards.dataset}/{wildcards.arch}/{prior}/seed{wildcards.seed}/model.pt"
 
 
+def stop_reference(wildcards):
+    """metrics.json of the model whose val_acc an early-stopped variant stops at, when its
+    training.stop_at_val_acc names a variant (paper Table 3 baseline), else None."""
+    ref = training_params(config, wildcards.dataset, wildcards.arch, wildcards.defense).get(
+        "stop_at_val_acc")
+    if not isinstance(ref, str):
+        return None
+    return f"results/models/{wildcards.dataset}/{wildcards.arch}/{ref}/seed{wildcards.seed}/metrics.json"
+
+
 def train_inputs(wildcards):
     inputs = {"dataset": dataset_dir(wildcards.dataset)}
     if prior_model(wildcards):
         inputs["prior_model"] = prior_model(wildcards)
+    if stop_reference(wildcards):
+        inputs["stop_reference"] = stop_reference(wildcards)
     weights = weights_path(wildcards)
     if weights:
         inputs["weights"] = weights
@@ -98,6 +112,7 @@ def train_spec(wildcards):
         augmentation=config["augmentation"],
         seed=int(wildcards.seed),
         weights_path=weights_path(wildcards),
+        stop_reference_metrics=stop_reference(wildcards),
     )
 
 

@@ -1,0 +1,89 @@
+"""Config validation memo (atat.config_memo) and the DAG's imports staying free of torch."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import atat.config
+from atat import config_memo
+from atat.config import ConfigError, load_config
+from atat.config_memo import fingerprint, validate_config_once
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture
+def calls(monkeypatch):
+    seen = []
+
+    def fake_validate(config):
+        seen.append(config)
+        if config.get("bad"):
+            raise ConfigError("invalid configuration: bad: not allowed")
+
+    monkeypatch.setattr(atat.config, "validate_config", fake_validate)
+    return seen
+
+
+def test_validates_once_per_config(tmp_path, calls):
+    assert validate_config_once({"a": 1}, tmp_path / "memo") is True
+    assert validate_config_once({"a": 1}, tmp_path / "memo") is False
+    assert len(calls) == 1
+    assert validate_config_once({"a": 2}, tmp_path / "memo") is True  # another config: checked
+    assert len(calls) == 2
+
+
+def test_a_failed_validation_is_not_remembered(tmp_path, calls):
+    for _ in range(2):
+        with pytest.raises(ConfigError, match="bad: not allowed"):
+            validate_config_once({"bad": True}, tmp_path / "memo")
+    assert len(calls) == 2
+    assert not (tmp_path / "memo").exists() or not list((tmp_path / "memo").iterdir())
+
+
+def test_fingerprint_follows_the_code_and_the_config(tmp_path, monkeypatch):
+    pkg = tmp_path / "src" / "atat"
+    (pkg / "defenses").mkdir(parents=True)
+    (pkg / "defenses" / "mid.py").write_text("PARAMS = {'beta': 1}\n")
+    monkeypatch.setattr(config_memo, "PACKAGE_DIR", pkg)
+    monkeypatch.setattr(config_memo, "SCHEMA_PATH", tmp_path / "schema.yaml")
+    (tmp_path / "schema.yaml").write_text("type: object\n")
+    before = fingerprint({"a": 1})
+    assert fingerprint({"a": 1}) == before
+    assert fingerprint({"a": 2}) != before
+    (pkg / "defenses" / "mid.py").write_text("PARAMS = {'beta': 2}\n")
+    assert fingerprint({"a": 1}) != before
+    changed = fingerprint({"a": 1})
+    (tmp_path / "schema.yaml").write_text("type: array\n")
+    assert fingerprint({"a": 1}) != changed
+
+
+def test_the_real_validation_runs_and_then_is_skipped(tmp_path):
+    config = load_config(ROOT / "config" / "config.yaml", ROOT / "config" / "demo.yaml")
+    assert validate_config_once(config, tmp_path / "memo") is True
+    assert validate_config_once(config, tmp_path / "memo") is False
+    bad = load_config(ROOT / "config" / "config.yaml")
+    bad["training"]["lr_milestones"] = [10_000]
+    with pytest.raises(ConfigError, match="lr_milestones"):
+        validate_config_once(bad, tmp_path / "memo")
+
+
+def test_markers_are_pruned(tmp_path, calls, monkeypatch):
+    monkeypatch.setattr(config_memo, "KEEP", 3)
+    for i in range(6):
+        validate_config_once({"i": i}, tmp_path / "memo")
+    assert len(list((tmp_path / "memo").iterdir())) == 3
+
+
+def test_dag_time_modules_import_no_torch():
+    """What common.smk and the rule files import while Snakemake builds the DAG must not
+    pull in torch/torchvision (~5 s of every dry run before issue 14 item 9)."""
+    code = ("import sys; import atat.config, atat.config_memo, atat.weights_table, atat.io, "
+            "atat.summary, atat.tables, atat.report; "
+            "print(sorted(m for m in ('torch', 'torchvision') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         env={"PYTHONPATH": str(ROOT / "src")})
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"
