@@ -34,7 +34,7 @@ def test_paper_grid_has_every_cell_of_tables_23_to_26():
     assert ("facescrub", "densenet169", "rolss") not in cells     # RoLSS cannot load into DenseNet
     assert ("celeba", "resnet18", "tldmi5") in cells and ("celeba", "resnet152", "tldmi5") not in cells
     main = [r for r in runs if r.replicate is None]
-    assert len(main) == 2 * 3 * 8 + 2 * 2 * 2 + 2 + 2 * 9 + 2 * 2 + 2 + 2 * 3 + 1
+    assert len(main) == 2 * 3 * 8 + 2 * 2 * 2 + 2 + 2 * 9 + 2 * 2 + 2 + 2 * 4 + 1
 
 
 def test_causal_replicates_are_balanced_and_reproducible():
@@ -159,3 +159,194 @@ def test_inversion_params_do_not_depend_on_key_order():
     pa = inversion_params(a, "synthfaces", "resnet18", "nodef", "ppdg")
     pb = inversion_params(b, "synthfaces", "resnet18", "nodef", "ppdg")
     assert repr(pa) == repr(pb)    # Snakemake's params check compares the text
+
+
+# ------------------------------------------------------------------------------ issue 13
+def test_bido_star_resnet18_keeps_the_repo_milestones():
+    """Item 4, paper D.1: 75 epochs at lr 1e-4, "all other training hyperparameters" as App. A.3:
+    milestones [75, 90] (REPO), which never fire within 75 epochs."""
+    paper = load_config(PAPER)
+    for variant in ("bido_lx1e3", "bido_lx1e4"):
+        rn18 = training_params(paper, "facescrub", "resnet18", variant)
+        assert (rn18["epochs"], rn18["lr"], rn18["lr_milestones"]) == (75, 1e-4, [75, 90])
+        rn152 = training_params(paper, "facescrub", "resnet152", variant)
+        assert (rn152["epochs"], rn152["lr"], rn152["lr_milestones"]) == (100, 1e-3, [75, 90])
+        assert rn18["val_drop_last"] and rn152["val_drop_last"]
+
+
+def test_mid_and_bido_drop_the_last_partial_batch():
+    """Item 7: MID/BiDO set val_drop_last (train() applies it to the val and test loaders)."""
+    paper = load_config(PAPER)
+    for defense in ("mid", "bido", "bido_lx1e3", "bido_lx1e4"):
+        assert training_params(paper, "facescrub", "resnet152", defense)["val_drop_last"]
+    assert not training_params(paper, "facescrub", "resnet152", "nodef")["val_drop_last"]
+
+
+@pytest.mark.parametrize("cfg", [PAPER, DEMO])
+def test_early_stopped_nodef_stops_at_the_unseen_pixels_models_accuracy(cfg):
+    """Item 5: Table 3's early-stopped NoDef is in the paper grid wherever Unseen-Pixels is,
+    and its target is that model's accuracy (a name, resolved from its metrics.json)."""
+    config = load_config(PAPER) if cfg == PAPER else load_config(PAPER, DEMO)
+    runs = model_runs(config)
+    cells = {(r.dataset, r.architecture, r.seed) for r in runs if r.defense == "unseen_pixels"}
+    assert cells and cells == {(r.dataset, r.architecture, r.seed) for r in runs
+                               if r.defense == "nodef_es"}
+    for ds, arch, _ in cells:
+        params = training_params(config, ds, arch, "nodef_es")
+        assert params["stop_at_val_acc"] == "unseen_pixels" and params["eval_every"] == 1
+    if cfg == PAPER:
+        assert ("facescrub", "resnet152", 0) in cells
+
+
+def test_early_stopped_nodef_waits_for_the_unseen_pixels_model_in_the_dag():
+    """Item 5: the Unseen-Pixels model's metrics.json is an input of the early-stopped job."""
+    target = "results/models/synthfaces/resnet18/nodef_es/seed0/model.pt"
+    proc = subprocess.run(
+        [sys.executable, "-m", "snakemake", "-n", "--configfile", str(DEMO), "--forceall",
+         target], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-3000:]
+    assert "results/models/synthfaces/resnet18/unseen_pixels/seed0/metrics.json" in out
+    assert "results/models/synthfaces/resnet18/unseen_pixels_gl/seed0/model.pt" in out
+
+
+NAME_CASES = [
+    # (description, path, value, words the message must contain) - item 15: every value that
+    # names a dataset, architecture, defense, attack, table or generator must exist
+    ("table 4 architecture misspelt", ("tables", "table4_architecture"), "resnet15",
+     ["tables.table4_architecture", "resnet15"]),
+    ("table 4 architecture not trained", ("tables", "table4_architecture"), "resnet152",
+     ["tables.table4_architecture", "resnet152", "not an architecture the grid trains"]),
+    ("grid dataset", ("grid", 0, "datasets"), ["synthfacez"], ["grid[0].datasets", "synthfacez"]),
+    ("grid architecture", ("grid", 0, "architectures"), ["resnet50"],
+     ["grid[0].architectures", "resnet50"]),
+    ("grid defense", ("grid", 0, "defenses"), ["nodef", "tldmi6"], ["grid[0].defenses", "tldmi6"]),
+    ("override dataset", ("overrides",), [{"when": {"dataset": "facescrubb"}, "training": {}}],
+     ["overrides[0].when.dataset", "facescrubb"]),
+    ("override architecture", ("overrides",),
+     [{"when": {"architecture": "resnet15"}, "training": {}}],
+     ["overrides[0].when.architecture", "resnet15"]),
+    ("override defense", ("overrides",), [{"when": {"defense": "bido2"}, "training": {}}],
+     ["overrides[0].when.defense", "bido2"]),
+    ("inversion override dataset", ("inversion", "overrides"),
+     [{"when": {"dataset": "dogs"}, "set": {}}], ["inversion.overrides[0].when.dataset", "dogs"]),
+    ("inversion override architecture", ("inversion", "overrides"),
+     [{"when": {"architecture": "vgg"}, "set": {}}],
+     ["inversion.overrides[0].when.architecture", "vgg"]),
+    ("inversion override defense", ("inversion", "overrides"),
+     [{"when": {"defense": "nodeff"}, "set": {}}], ["inversion.overrides[0].when.defense", "nodeff"]),
+    ("inversion override attack", ("inversion", "overrides"),
+     [{"when": {"attack": "gmi"}, "set": {}}], ["inversion.overrides.0.when.attack"]),
+    ("inversion attack", ("inversion", "attacks"), ["ppa", "kedmi"], ["inversion.attacks.1"]),
+    ("autoattack attack", ("autoattack", "attacks"), ["apgd-dlr"], ["autoattack.attacks.0"]),
+    ("defense type", ("defenses", "mid", "type"), "vib", ["defenses.mid.type", "vib"]),
+    ("defense prior", ("defenses", "unseen_pixels", "prior"), "unseen_pixels_ag",
+     ["defenses.unseen_pixels.prior", "unseen_pixels_ag"]),
+    ("early-stop target variant", ("defenses", "nodef_es", "training", "stop_at_val_acc"),
+     "unseen_pixel", ["defenses.nodef_es.training.stop_at_val_acc", "unseen_pixel"]),
+    ("early-stop target not trained", ("defenses", "nodef_es", "training", "stop_at_val_acc"),
+     "bido_lx1e4", ["defenses.nodef_es.training.stop_at_val_acc", "bido_lx1e4",
+                    "trains no synthfaces/resnet18/bido_lx1e4/seed0"]),
+    ("early-stop target is itself", ("defenses", "nodef_es", "training", "stop_at_val_acc"),
+     "nodef_es", ["defenses.nodef_es.training.stop_at_val_acc", "its own accuracy"]),
+    ("generator of the grid's dataset", ("datasets", "synthfaces", "generator"), "ffhq3",
+     ["datasets.synthfaces.generator", "ffhq3"]),
+    ("generator of a dataset outside the grid", ("datasets", "facescrub", "generator"),
+     "ffqh", ["datasets.facescrub.generator", "ffqh"]),
+    ("generator training dataset", ("generators", "synthfaces_public", "train", "dataset"),
+     "synth", ["generators.synthfaces_public.train.dataset", "synth"]),
+    ("dataset source", ("datasets", "synthfaces", "source"), "celebahq",
+     ["datasets.synthfaces.source"]),
+    ("architecture name", ("architectures", "resnet50"), {"weights": "IMAGENET1K_V1"},
+     ["architectures", "resnet50"]),
+    ("evaluation model architecture", ("evaluation_model", "architecture"), "inception_v4",
+     ["evaluation_model.architecture"]),
+    ("face embedding architecture", ("face_embedding", "architecture"), "resnet15",
+     ["face_embedding.architecture"]),
+    ("face embedding source", ("face_embedding", "source"), "arcface", ["face_embedding.source"]),
+    ("perceptual network", ("inversion", "ppdg", "perceptual"), "vgg19",
+     ["inversion.ppdg.perceptual"]),
+    ("hsic split", ("hsic",), {"split": "holdout"}, ["hsic.split"]),
+]
+
+
+@pytest.mark.parametrize("desc,path,value,words", NAME_CASES, ids=[c[0] for c in NAME_CASES])
+def test_every_name_valued_key_must_name_something_that_exists(demo, desc, path, value, words):
+    with pytest.raises(ConfigError) as info:
+        validate_config(mutate(demo, path, value))
+    for word in words:
+        assert word in str(info.value), (word, str(info.value))
+
+
+PAPER_NAME_CASES = [
+    ("causal dataset", ("causal", "dataset"), "facescrubs", ["causal.dataset", "facescrubs"]),
+    ("causal architecture", ("causal", "architecture"), "resnet15", ["causal.architecture"]),
+    ("causal treatment", ("causal", "treatment"), "at_at", ["causal.treatment", "at_at"]),
+    ("causal control", ("causal", "control"), "nodeff", ["causal.control", "nodeff"]),
+    ("table 4 architecture", ("tables", "table4_architecture"), "resnet15",
+     ["tables.table4_architecture", "resnet15"]),
+]
+
+
+@pytest.mark.parametrize("desc,path,value,words", PAPER_NAME_CASES,
+                         ids=[c[0] for c in PAPER_NAME_CASES])
+def test_every_name_valued_key_of_the_paper_config_must_exist(desc, path, value, words):
+    with pytest.raises(ConfigError) as info:
+        validate_config(mutate(load_config(PAPER), path, value))
+    for word in words:
+        assert word in str(info.value), (word, str(info.value))
+
+
+MAGNITUDE_CASES = [
+    # item 16: values outside what is meaningful stop before any job
+    ("AT-AT epsilon beyond the input range", ("defenses", "atat", "epsilon"), 5.0,
+     ["defenses.atat.epsilon", "<= 2"]),
+    ("AT-AT step larger than epsilon", ("defenses", "atat", "step_size"), 0.001,
+     ["defenses.atat.step_size", "larger than epsilon"]),
+    ("AT-AT negative weight", ("defenses", "atat", "weight_adv"), -0.08,
+     ["defenses.atat.weight_adv"]),
+    ("AT-AT both weights zero", ("defenses", "atat"),
+     {"type": "atat", "weight_clean": 0.0, "weight_adv": 0.0}, ["defenses.atat.weight_adv"]),
+    ("AT epsilon beyond the input range", ("defenses", "at", "epsilon"), 3.0,
+     ["defenses.at.epsilon"]),
+    ("AT step larger than epsilon", ("defenses", "at", "step_size"), 0.5,
+     ["defenses.at.step_size", "larger than epsilon"]),
+    ("MID negative beta", ("defenses", "mid", "beta"), -0.01, ["defenses.mid.beta"]),
+    ("BiDO negative lambda", ("defenses", "bido", "lambda_x"), -0.05, ["defenses.bido.lambda_x"]),
+    ("NegLS alpha of 1", ("defenses", "negls", "alpha"), 1.0, ["defenses.negls.alpha"]),
+    ("Trap-MID trigger step beyond [0, 1]", ("defenses", "trap_mid", "step_size"), 2.0,
+     ["defenses.trap_mid.step_size"]),
+    ("Trap-MID beta above 1", ("defenses", "trap_mid", "beta"), 1.5, ["defenses.trap_mid.beta"]),
+    ("RoLSS skip factor above 1", ("defenses", "rolss_ssf", "skip"), [1, 1, 1, 5],
+     ["defenses.rolss_ssf.skip"]),
+    ("mask lambda negative", ("defenses", "unseen_pixels_gl", "lambda_lasso"), -0.01,
+     ["defenses.unseen_pixels_gl.lambda_lasso"]),
+    ("mask init 0", ("defenses", "unseen_pixels_gl", "mask_init"), 0.0,
+     ["defenses.unseen_pixels_gl.mask_init"]),
+    ("mask lr 1e3", ("defenses", "unseen_pixels_gl", "mask_lr"), 1000.0,
+     ["defenses.unseen_pixels_gl.mask_lr"]),
+    ("training lr 1e8", ("training", "lr"), 1e8, ["training.lr", "maximum of 10"]),
+    ("training lr 0", ("training", "lr"), 0.0, ["training.lr"]),
+    ("defense lr 1e8", ("defenses", "permuted", "training", "lr"), 1e8,
+     ["defenses.permuted.training.lr"]),
+    ("override lr 1e8", ("overrides",),
+     [{"when": {"defense": "nodef"}, "training": {"lr": 1e8}}], ["overrides.0.training.lr"]),
+    ("evaluation model lr 1e8", ("evaluation_model", "training", "lr"), 1e8,
+     ["evaluation_model.training.lr"]),
+    ("epochs 0", ("training", "epochs"), 0, ["training.epochs"]),
+    ("batch size 0", ("training", "batch_size"), 0, ["training.batch_size"]),
+    ("lr gamma 0", ("training", "lr_gamma"), 0.0, ["training.lr_gamma"]),
+    ("beta2 of 1", ("training", "betas"), [0.9, 1.0], ["training.betas.1"]),
+    ("weight decay 5", ("training", "weight_decay"), 5.0, ["training.weight_decay"]),
+    ("early-stop accuracy above 1", ("defenses", "nodef_es", "training", "stop_at_val_acc"),
+     1.5, ["defenses.nodef_es.training.stop_at_val_acc"]),
+]
+
+
+@pytest.mark.parametrize("desc,path,value,words", MAGNITUDE_CASES,
+                         ids=[c[0] for c in MAGNITUDE_CASES])
+def test_meaningless_magnitudes_are_rejected(demo, desc, path, value, words):
+    with pytest.raises(ConfigError) as info:
+        validate_config(mutate(demo, path, value))
+    for word in words:
+        assert word in str(info.value), (word, str(info.value))

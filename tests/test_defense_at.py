@@ -73,3 +73,19 @@ def test_train_step_updates_the_model():
     loss, logs = d.train_step(model, opt, x, y, ctx)
     assert loss > 0 and 0 <= logs["attack_success"] <= 1
     assert any(not torch.equal(a, b) for a, b in zip(before, model.parameters()))
+
+
+@pytest.mark.parametrize("type_name", ["at", "atat"])
+@pytest.mark.parametrize("params,key", [({"epsilon": 5.0}, "epsilon"),
+                                        ({"epsilon": 2.5, "step_size": 0.1}, "epsilon"),
+                                        ({"epsilon": 0.01, "step_size": 0.02}, "step_size"),
+                                        ({"weight_clean": 0.0, "weight_adv": 0.0}, "weight_adv"),
+                                        ({"weight_adv": -1.0}, "weight_adv")])
+def test_meaningless_perturbations_and_weights_are_rejected(type_name, params, key):
+    """Issue 13 item 16: inputs lie in [-1, 1], so epsilon <= 2; a step beyond epsilon is
+    clipped back; a zero loss trains nothing."""
+    from atat.defenses import build_defense
+    from atat.defenses.base import DefenseConfigError
+    with pytest.raises(DefenseConfigError, match=f"defenses.x.{key}"):
+        build_defense({"type": type_name, **params}, 5, where="defenses.x")
+    build_defense({"type": type_name, "epsilon": 2.0, "step_size": 2.0}, 5)  # the boundary

@@ -51,6 +51,18 @@ def test_bottleneck_is_half_the_feature_width(base):
         mid(bottleneck_dim=0)
 
 
+@pytest.mark.parametrize("architecture,feat_dim,k", [("resnet18", 512, 256),
+                                                     ("resnet152", 2048, 1024),
+                                                     ("densenet169", 1664, 832)])
+def test_default_bottleneck_is_half_the_feature_width_on_every_architecture(architecture,
+                                                                             feat_dim, k):
+    """Issue 13 item 8: k = feat_dim // 2 on every architecture (REPO), not only ResNet-152."""
+    model = mid().build_model(build_model(architecture, N_CLASSES))
+    assert model.feature_dim == feat_dim and model.head.k == k
+    assert tuple(model.head.st_layer.weight.shape) == (2 * k, feat_dim)
+    assert tuple(model.head.classifier.weight.shape) == (N_CLASSES, k)
+
+
 def test_loss_is_summed_ce_plus_beta_times_summed_kl(base):
     model = mid().build_model(base)
     model.train()

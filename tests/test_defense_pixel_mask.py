@@ -105,6 +105,38 @@ def test_group_lasso_and_adaptive_penalties(tmp_path):
     assert torch.equal(d3.prior_norms, d2.prior_norms)
 
 
+def test_penalty_form_switch_reads_lambda1_as_the_papers_ridge_norm():
+    """Issue 13 item 6: paper E.2's stage-1 loss L + λ1·‖D^Norm‖₂ (``penalty_form: ridge``)
+    vs REPO's group lasso λ1·Σ_p n_p (default)."""
+    w = random_mask(2)
+    n = w.norm(dim=0).double()
+    for form, expected in (("group_lasso", 0.01 * n.sum()),
+                           ("ridge", 0.01 * n.pow(2).sum().sqrt())):
+        d = defense(stage="group_lasso", penalty_form=form)
+        m = d.build_model(build_model("resnet18", 4))
+        with torch.no_grad():
+            m.mask.weight.copy_(w)
+        assert float(d.penalty(m).detach()) == pytest.approx(float(expected), rel=1e-5), form
+    # the two readings pull on a pixel differently: group lasso by the unit direction of its
+    # triplet, ridge by the triplet divided by the norm of the whole mask
+    d = defense(stage="group_lasso", penalty_form="ridge", lambda_lasso=1.0)
+    m = d.build_model(build_model("resnet18", 4))
+    d.penalty(m).backward()
+    assert torch.allclose(m.mask.weight.grad, m.mask.weight.detach() / m.mask.weight.norm())
+    assert defense().params["penalty_form"] == "group_lasso"
+    with pytest.raises(DefenseConfigError, match="penalty_form"):
+        defense(stage="adaptive", prior="a", penalty_form="ridge")
+    with pytest.raises(DefenseConfigError, match="penalty_form"):
+        defense(penalty_form="lasso")
+
+
+@pytest.mark.parametrize("params", [{"mask_init": 0.0}, {"mask_init": 3.0},
+                                    {"mask_lr": 100.0}, {"mask_lr": 0.0}])
+def test_meaningless_mask_settings_are_rejected(params):
+    with pytest.raises(DefenseConfigError, match=next(iter(params))):
+        defense(**params)
+
+
 def test_threshold_schedule_and_hard_threshold_after_each_step():
     d = defense(stage="group_lasso", lambda_lasso=0.0)
     model = d.build_model(build_model("resnet18", 4))

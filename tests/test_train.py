@@ -1,6 +1,8 @@
 """Training loop: lowest-val-loss checkpoint, resume equivalence, AT-AT loss, divergence."""
 
 import copy
+import dataclasses
+import json
 
 import pytest
 import torch
@@ -161,3 +163,82 @@ def test_keep_last_keeps_the_final_epoch_and_train_acc_uses_the_trained_labels(d
     assert m["train_acc"] == pytest.approx(evaluate(model, defense, loader, "cpu")["acc"])
     default = run(spec(data_root, epochs=2, lr_milestones=[1]), tmp_path, "default")
     assert default["checkpoint_rule"] == "lowest_val_loss"
+
+
+# --------------------------------------------------------------- issue 13 items 5, 7, 9, 16
+def test_a_loss_far_above_its_start_stops_the_run_naming_model_and_lr(data_root, tmp_path):
+    """lr 1e8 gives finite losses of ~1e18 per sample (no NaN): once the run was accepted."""
+    with pytest.raises(TrainingDivergedError) as info:
+        run(spec(data_root, lr=1e8), tmp_path, "div")
+    msg = str(info.value)
+    assert "test/resnet18/x/seed0" in msg and "training.lr = 100000000.0" in msg
+    assert "diverged" in msg and "its start" in msg
+    assert not (tmp_path / "div.pt").exists() and not (tmp_path / "div.json").exists()
+
+
+def test_the_divergence_reference_survives_a_resume(data_root, tmp_path, monkeypatch):
+    import atat.train as T
+    s = spec(data_root)
+    assert run(s, tmp_path, "ref", stop_after_epochs=1) is None
+    state = torch.load(tmp_path / "ref.resume.pt", weights_only=False)
+    start = state["history"][0]["loss_start"]
+    assert start == pytest.approx(torch.log(torch.tensor(4.0)).item(), rel=0.5)
+    # a resumed run compares against the stored start, not against its own first batch
+    monkeypatch.setattr(T, "DIVERGENCE_FACTOR", 1e-9)
+    with pytest.raises(TrainingDivergedError, match=f"its start \\({start:.3g}\\)"):
+        run(s, tmp_path, "ref")
+
+
+def test_class_count_of_the_dataset_must_match_n_classes(data_root, tmp_path):
+    s = dataclasses.replace(spec(data_root), n_classes=530)
+    with pytest.raises(ValueError) as info:
+        run(s, tmp_path, "classes")
+    msg = str(info.value)
+    assert "530" in msg and "has 4 classes" in msg and data_root in msg
+    assert not (tmp_path / "classes.pt").exists()
+
+
+def test_val_drop_last_drops_the_last_partial_test_batch_too(data_root, tmp_path):
+    """REPO data_loaders.py: val and test loaders both use drop_last = val_drop_last."""
+    from atat.data.manifest import read_dataset
+    n_test = len(read_dataset(data_root, "test")[0])
+    n_val = len(read_dataset(data_root, "val")[0])
+    bs = 2
+    assert n_test % bs and n_val % bs  # both splits end in a partial batch
+    kw = dict(epochs=1, lr_milestones=[], eval_batch_size=bs)
+    kept = run(spec(data_root, **kw), tmp_path, "keep")
+    dropped = run(spec(data_root, val_drop_last=True, **kw), tmp_path, "drop")
+    assert kept["n_test"] == n_test
+    assert dropped["n_test"] == n_test // bs * bs
+    with pytest.raises(ValueError, match="eval_batch_size"):
+        run(spec(data_root, val_drop_last=True, epochs=1, lr_milestones=[],
+                 eval_batch_size=n_test + n_val), tmp_path, "empty")
+
+
+def test_early_stop_target_named_by_a_variant_is_read_from_its_metrics(data_root, tmp_path):
+    """Paper Table 3: the early-stopped NoDef stops at the Unseen-Pixels model's val_acc, read
+    from that model's metrics.json when the job runs (no hand-copied number)."""
+    ref = tmp_path / "unseen_metrics.json"
+    ref.write_text(json.dumps({"model_id": "x/resnet18/unseen_pixels/seed0", "val_acc": 0.0}))
+    s = spec(data_root, stop_at_val_acc="unseen_pixels")
+    s = dataclasses.replace(s, stop_reference_metrics=str(ref))
+    m = run(s, tmp_path, "es_ref")
+    assert m["stopped_early"] and m["best_epoch"] == 0 and len(m["history"]) == 1
+    assert m["training"]["stop_at_val_acc"] == 0.0
+    assert m["stop_reference"] == {"defense": "unseen_pixels", "metrics": str(ref),
+                                   "model_id": "x/resnet18/unseen_pixels/seed0", "val_acc": 0.0}
+    # a target above every reachable accuracy: trains to the end, lowest-val-loss model kept
+    ref.write_text(json.dumps({"val_acc": 1.0 + 1e-12}))
+    with pytest.raises(ValueError, match="not an accuracy"):
+        run(s, tmp_path, "es_bad")
+    # the reference accuracy is part of what determines the model (resume fingerprint)
+    from atat.train import resolve_stop_target
+    ref.write_text(json.dumps({"val_acc": 0.5}))
+    a = resolve_stop_target(s)[0].fingerprint()
+    ref.write_text(json.dumps({"val_acc": 0.6}))
+    assert resolve_stop_target(s)[0].fingerprint() != a
+    with pytest.raises(ValueError, match="stop_reference_metrics"):
+        run(spec(data_root, stop_at_val_acc="unseen_pixels"), tmp_path, "es_none")
+    ref.unlink()
+    with pytest.raises(ValueError, match="unseen_metrics.json"):
+        run(s, tmp_path, "es_missing")

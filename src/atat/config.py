@@ -15,7 +15,6 @@ from typing import Any, Iterable, Mapping
 import jsonschema
 import yaml
 
-from atat.defenses import DefenseConfigError, defense_class
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SCHEMA_PATH = REPO_ROOT / "workflow" / "schemas" / "config.schema.yaml"
@@ -78,6 +77,9 @@ def validate_config(config: Mapping[str, Any]) -> None:
 
 
 def _check_semantics(config: Mapping[str, Any]) -> None:
+    # imported here: the defense modules import torch, which the DAG needs for nothing else
+    from atat.defenses import DefenseConfigError, defense_class
+
     datasets = config["datasets"]
     for name, ds in datasets.items():
         if ds["source"] == "synthfaces":
@@ -137,6 +139,72 @@ def _check_semantics(config: Mapping[str, Any]) -> None:
     if any(m >= training["epochs"] for m in training["lr_milestones"]):
         raise ConfigError("invalid configuration: training.lr_milestones: every milestone must "
                           f"be < training.epochs = {training['epochs']}")
+    _check_names(config)
+    _check_early_stopping(config)
+
+
+def _check_names(config: Mapping[str, Any]) -> None:
+    """Name-valued keys the checks above do not cover: each must name something that exists
+    (a misspelt name would otherwise silently drop a table or a model)."""
+    generators = config.get("generators") or {}
+    for name, ds in config["datasets"].items():
+        gen = ds.get("generator")
+        if gen is not None and gen not in generators:
+            raise ConfigError(f"invalid configuration: datasets.{name}.generator: '{gen}' is not "
+                              f"defined under 'generators' (defined: {sorted(generators)})")
+    arch = (config.get("tables") or {}).get("table4_architecture")
+    if arch is not None:
+        trained = sorted({r.architecture for r in model_runs(config)})
+        if arch not in trained:
+            raise ConfigError(f"invalid configuration: tables.table4_architecture: '{arch}' is "
+                              f"not an architecture the grid trains (trained: {trained}); Table 4 "
+                              "and Figure 5 would be dropped")
+    for where, training in _training_sections(config):
+        target = training.get("stop_at_val_acc")
+        if isinstance(target, str) and target not in config["defenses"]:
+            raise ConfigError(f"invalid configuration: {where}.stop_at_val_acc: '{target}' is not "
+                              f"defined under 'defenses' (defined: {sorted(config['defenses'])})")
+
+
+def _training_sections(config: Mapping[str, Any]) -> list[tuple[str, Mapping[str, Any]]]:
+    """(key path, mapping) of every training recipe section of the config."""
+    out: list[tuple[str, Mapping[str, Any]]] = [("training", config["training"])]
+    out += [(f"defenses.{n}.training", v["training"]) for n, v in config["defenses"].items()
+            if "training" in v]
+    out += [(f"overrides[{i}].training", r["training"])
+            for i, r in enumerate(config.get("overrides", []))]
+    return out
+
+
+def stop_reference_variant(training: Mapping[str, Any]) -> str | None:
+    """The defense variant an early-stopped recipe takes its target accuracy from
+    (``stop_at_val_acc`` given as a name, paper Table 3), or None."""
+    target = training.get("stop_at_val_acc")
+    return target if isinstance(target, str) else None
+
+
+def _check_early_stopping(config: Mapping[str, Any]) -> None:
+    """An early-stopped run whose target is another variant's accuracy needs that variant's
+    model of the same dataset, architecture and seed in the plan (its metrics.json is an input
+    of the training job), and that model must not itself wait for another model."""
+    runs = {(r.dataset, r.architecture, r.defense, r.seed) for r in model_runs(config)}
+    for run in model_runs(config):
+        ref = stop_reference_variant(training_params(config, run.dataset, run.architecture,
+                                                     run.defense))
+        if ref is None:
+            continue
+        key = next((w for w, t in reversed(_training_sections(config))
+                    if t.get("stop_at_val_acc") == ref), "training")
+        where = f"invalid configuration: {key}.stop_at_val_acc ({run.path})"
+        if ref == run.defense:
+            raise ConfigError(f"{where}: a model cannot stop at its own accuracy")
+        if (run.dataset, run.architecture, ref, run.seed) not in runs:
+            raise ConfigError(f"{where}: the target accuracy is that of '{ref}', but the grid "
+                              f"trains no {run.dataset}/{run.architecture}/{ref}/seed{run.seed}; add "
+                              f"'{ref}' to the grid cell or give a number")
+        if stop_reference_variant(training_params(config, run.dataset, run.architecture, ref)):
+            raise ConfigError(f"{where}: '{ref}' itself stops at another model's accuracy; "
+                              "chains are not supported")
 
 
 def _check_inversion(config: Mapping[str, Any]) -> None:

@@ -27,18 +27,25 @@ import torch
 import torchvision
 import torchvision.transforms as T
 from torch import nn
-from tqdm import tqdm
 
 from atat import io
 from atat.data.loading import make_loader
 from atat.defenses import Defense, ModelContext, StepContext, build_defense
 from atat.models import build_model
+from atat.progress import Progress
 
 log = logging.getLogger(__name__)
 
 
 class TrainingDivergedError(RuntimeError):
-    """The loss became NaN or infinite."""
+    """The loss became NaN or infinite, or grew orders of magnitude above its start."""
+
+
+#: A run has diverged when a batch's per-sample training loss exceeds this multiple of the
+#: first batch's (floored at 1, so a start near 0 cannot trip it). Healthy training never
+#: comes close: the first batch's cross-entropy is about ln(n_classes), and a per-sample loss
+#: 1000x that means logits hundreds apart on the wrong class.
+DIVERGENCE_FACTOR = 1e3
 
 
 @dataclasses.dataclass
@@ -55,6 +62,9 @@ class TrainSpec:
     augmentation: Mapping[str, Any]
     seed: int
     weights_path: str | None = None
+    # metrics.json of the model whose val_acc is the early-stopping target when
+    # training["stop_at_val_acc"] names a defense variant (paper Table 3; see resolve_stop_target)
+    stop_reference_metrics: str | None = None
 
     def fingerprint(self) -> str:
         blob = json.dumps({k: v for k, v in dataclasses.asdict(self).items()
@@ -113,6 +123,32 @@ def permuted_targets(targets: list[int], seed: int) -> list[int]:
     return [int(targets[j]) for j in perm.tolist()]
 
 
+def resolve_stop_target(spec: TrainSpec) -> tuple[TrainSpec, dict[str, Any] | None]:
+    """An early-stopping target given as a defense variant's name (paper Table 3: "accuracy
+    comparable to our Unseen-Pixel model's") becomes the ``val_acc`` in that model's
+    metrics.json, ``spec.stop_reference_metrics``. Returns the spec with the number in its
+    recipe (so the fingerprint follows the reference model) and a record of where it came
+    from (None when the target is a number or unset)."""
+    target = spec.training.get("stop_at_val_acc")
+    if not isinstance(target, str):
+        return spec, None
+    path = spec.stop_reference_metrics
+    if not path:
+        raise ValueError(f"{spec.model_id}: training.stop_at_val_acc = '{target}' names a model, "
+                         "but no metrics file of it was given (TrainSpec.stop_reference_metrics)")
+    try:
+        ref = json.loads(Path(path).read_text())
+        value = float(ref["val_acc"])
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise ValueError(f"{path}: cannot read the val_acc that {spec.model_id} stops at "
+                         f"(training.stop_at_val_acc = '{target}'): {exc}") from None
+    if not 0.0 <= value <= 1.0:
+        raise ValueError(f"{path}: val_acc = {value} is not an accuracy in [0, 1]")
+    record = {"defense": target, "metrics": str(path), "model_id": ref.get("model_id"),
+              "val_acc": value}
+    return dataclasses.replace(spec, training={**spec.training, "stop_at_val_acc": value}), record
+
+
 def _state_to_cpu(model: nn.Module) -> dict[str, torch.Tensor]:
     return {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}
 
@@ -123,6 +159,7 @@ def train(spec: TrainSpec, *, out_model: str | Path, out_metrics: str | Path,
     """Train one model. Returns the metrics dict, or ``None`` when ``stop_after_epochs``
     interrupted the run on purpose (used by the resume test)."""
     device = torch.device(device)
+    spec, stop_reference = resolve_stop_target(spec)
     p = spec.training
     torch.manual_seed(spec.seed)
     np.random.seed(spec.seed)
@@ -144,6 +181,11 @@ def train(spec: TrainSpec, *, out_model: str | Path, out_metrics: str | Path,
     aug = defense.train_augmentation(spec.augmentation)
     train_loader = make_loader(spec.dataset_root, "train", batch_size=p["batch_size"], train=True,
                                aug=aug, generator=loader_gen, **common)
+    if train_loader.dataset.n_classes != spec.n_classes:
+        raise ValueError(f"{spec.model_id}: the dataset {spec.dataset_root} has "
+                         f"{train_loader.dataset.n_classes} classes, but the model would be "
+                         f"trained with n_classes = {spec.n_classes}; set the dataset's "
+                         "n_classes in the config to match, or re-prepare the dataset")
     pre = defense.pre_transform()
     if pre is not None:  # e.g. Unseen-Pixels: mask before augmentation
         train_loader.dataset.transform = T.Compose([pre, train_loader.dataset.transform])
@@ -153,17 +195,25 @@ def train(spec: TrainSpec, *, out_model: str | Path, out_metrics: str | Path,
     stop_at = p.get("stop_at_val_acc")
     keep_last = p.get("keep", "best_val_loss") == "last"
     eval_bs = p.get("eval_batch_size", p["batch_size"])
+    # val_drop_last (BiDO/MID, paper A.1) drops the last partial batch of the validation AND
+    # the test split, as REPO's data_loaders.py (both loaders get drop_last=val_drop_last)
     drop_last = bool(p.get("val_drop_last", False))
     val_loader = make_loader(spec.dataset_root, "val", batch_size=eval_bs, train=False,
                              drop_last=drop_last, **common)
-    test_loader = make_loader(spec.dataset_root, "test", batch_size=eval_bs, train=False, **common)
+    test_loader = make_loader(spec.dataset_root, "test", batch_size=eval_bs, train=False,
+                              drop_last=drop_last, **common)
+    for split, loader in (("val", val_loader), ("test", test_loader)):
+        if len(loader) == 0:
+            raise ValueError(f"{spec.model_id}: the {split} split of {spec.dataset_root} has "
+                             f"{len(loader.dataset)} images, fewer than one evaluation batch "
+                             f"(eval_batch_size = {eval_bs}) with val_drop_last; lower "
+                             "training.eval_batch_size")
 
     start_epoch, best, history = 0, None, []
     wall_before = 0.0
     resume_path = Path(resume_path)
     fingerprint = spec.fingerprint()
-    if resume_path.exists():
-        state = torch.load(resume_path, map_location="cpu", weights_only=False)
+    if (state := io.load_resume(resume_path, weights_only=False)) is not None:  # corrupt: moved aside
         if state.get("fingerprint") != fingerprint:
             log.warning("ignoring resume checkpoint %s: it belongs to a different configuration",
                         resume_path)
@@ -181,13 +231,13 @@ def train(spec: TrainSpec, *, out_model: str | Path, out_metrics: str | Path,
 
     t0 = time.perf_counter()
     step = 0
+    loss_start = next((h["loss_start"] for h in history if "loss_start" in h), None)
+    epochs_done = Progress(p["epochs"], "epochs done", done=start_epoch, enabled=False)
     for epoch in range(start_epoch, p["epochs"]):
         defense.on_epoch_start(epoch, model)
         model.train()
         loss_sum, n_seen, logs_sum = 0.0, 0, {}
-        bar = tqdm(train_loader, desc=f"{spec.model_id} epoch {epoch + 1}/{p['epochs']}",
-                   disable=not progress, leave=False, dynamic_ncols=True)
-        for x, y in bar:
+        for x, y in train_loader:
             x, y = x.to(device), y.to(device)
             ctx = StepContext(epoch=epoch, step=step, n_classes=spec.n_classes, generator=step_gen,
                               steps_per_epoch=len(train_loader))
@@ -196,20 +246,31 @@ def train(spec: TrainSpec, *, out_model: str | Path, out_metrics: str | Path,
             except FloatingPointError as exc:
                 raise TrainingDivergedError(f"{spec.model_id}: {exc}; lower the learning rate "
                                             f"(training.lr = {p['lr']})") from None
+            per_sample = loss / len(y)
+            if loss_start is None:
+                loss_start = per_sample
+            elif abs(per_sample) > DIVERGENCE_FACTOR * max(abs(loss_start), 1.0):
+                raise TrainingDivergedError(
+                    f"{spec.model_id}: training loss per sample {per_sample:.3g} at epoch {epoch}, "
+                    f"step {step} is more than {DIVERGENCE_FACTOR:g}x its start "
+                    f"({loss_start:.3g}): the run diverged; lower the learning rate "
+                    f"(training.lr = {p['lr']})")
             loss_sum += loss
             n_seen += len(y)
             for k, v in logs.items():
                 logs_sum[k] = logs_sum.get(k, 0.0) + v * len(y)
             step += 1
-            bar.set_postfix(loss=f"{loss / len(y):.3f}")
         record: dict[str, Any] = {"epoch": epoch, "lr": optimizer.param_groups[0]["lr"],
                                   "train_loss": loss_sum / max(n_seen, 1),
                                   **{k: v / max(n_seen, 1) for k, v in logs_sum.items()}}
+        if not any("loss_start" in h for h in history):
+            record["loss_start"] = loss_start  # the divergence check's reference, kept on resume
         if epoch % p["eval_every"] == 0 or (keep_last and epoch == p["epochs"] - 1):
             val = evaluate(model, defense, val_loader, device)
             if not np.isfinite(val["loss"]):
                 raise TrainingDivergedError(f"{spec.model_id}: validation loss is {val['loss']} "
-                                            f"at epoch {epoch}")
+                                            f"at epoch {epoch}; lower the learning rate "
+                                            f"(training.lr = {p['lr']})")
             record.update(val_loss=val["loss"], val_acc=val["acc"])
             reached = stop_at is not None and val["acc"] >= stop_at
             if best is None or keep_last or val["loss"] < best["val_loss"] or reached:
@@ -218,8 +279,9 @@ def train(spec: TrainSpec, *, out_model: str | Path, out_metrics: str | Path,
                         "defense": copy.deepcopy(defense.checkpoint_state_dict()),
                         "stopped_early": reached}
         history.append(record)
-        log.info("%s epoch %d: %s", spec.model_id, epoch,
-                 {k: round(v, 4) if isinstance(v, float) else v for k, v in record.items()})
+        log.info("%s epoch %d: %s%s", spec.model_id, epoch,  # one line per epoch, with ETA
+                 {k: round(v, 4) if isinstance(v, float) else v for k, v in record.items()},
+                 f" | {epochs_done.step()}" if progress else "")
         scheduler.step()
         done = epoch + 1
         if done % p["checkpoint_every"] == 0 or done == p["epochs"]:
@@ -275,6 +337,7 @@ def train(spec: TrainSpec, *, out_model: str | Path, out_metrics: str | Path,
         "pretrained": spec.weights_path is not None,
         "stopped_early": bool(best.get("stopped_early", False)),
         "labels_permuted": p.get("permute_labels_seed") is not None,
+        "stop_reference": stop_reference,
         **extra,
     }
     io.torch_save(checkpoint, out_model)
@@ -286,7 +349,7 @@ def train(spec: TrainSpec, *, out_model: str | Path, out_metrics: str | Path,
 def load_model(path: str | Path, device: str | torch.device = "cpu"
                ) -> tuple[nn.Module, Defense, dict[str, Any]]:
     """Rebuild a trained model (eval mode) and its defense from a checkpoint of :func:`train`."""
-    ckpt = torch.load(path, map_location="cpu", weights_only=True)
+    ckpt = io.torch_load(path)
     context = ModelContext(architecture=ckpt["architecture"], resolution=ckpt["resolution"])
     defense = build_defense(ckpt["defense"], ckpt["n_classes"], context=context)
     model = defense.build_model(build_model(ckpt["architecture"], ckpt["n_classes"]))

@@ -13,15 +13,18 @@ from __future__ import annotations
 from torch import Tensor
 
 from atat.defenses.atat import AntiAdversarialTraining
-from atat.defenses.base import Param, StepContext, boolean, non_negative, positive, positive_int
+from atat.defenses.base import (Param, StepContext, boolean, input_perturbation, non_negative,
+                                positive_int)
 
 
 class AdversarialTraining(AntiAdversarialTraining):
     type_name = "at"
     targeted = False
     PARAMS = {
-        "epsilon": Param(0.01, positive, "L-inf radius in [-1, 1] units, > 0"),
-        "step_size": Param(0.001, positive, "PGD step in [-1, 1] units, > 0"),
+        "epsilon": Param(0.01, input_perturbation,
+                         "L-inf radius in [-1, 1] input units, 0 < epsilon <= 2"),
+        "step_size": Param(0.001, input_perturbation,
+                           "PGD step in [-1, 1] input units, 0 < step_size <= epsilon"),
         "iterations": Param(10, positive_int, "PGD steps, integer > 0"),
         "random_start": Param(True, boolean, "boolean"),
         "weight_clean": Param(0.0, non_negative, "weight of CE on clean inputs, >= 0"),

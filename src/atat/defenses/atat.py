@@ -7,11 +7,13 @@ model is trained to *accept* the small targeted perturbation.
 
 from __future__ import annotations
 
+from typing import Any, Mapping
+
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from atat.defenses.base import (Defense, Param, StepContext, boolean, non_negative, positive,
-                                positive_int)
+from atat.defenses.base import (Defense, DefenseConfigError, Param, StepContext, boolean,
+                                input_perturbation, non_negative, positive_int)
 from atat.pgd import pgd, sample_targets
 
 
@@ -19,13 +21,29 @@ class AntiAdversarialTraining(Defense):
     type_name = "atat"
     targeted = True
     PARAMS = {
-        "epsilon": Param(0.0005, positive, "L-inf radius in [-1, 1] units, > 0"),
-        "step_size": Param(1e-4, positive, "PGD step in [-1, 1] units, > 0"),
+        "epsilon": Param(0.0005, input_perturbation,
+                         "L-inf radius in [-1, 1] input units, 0 < epsilon <= 2 (the whole "
+                         "input range)"),
+        "step_size": Param(1e-4, input_perturbation,
+                           "PGD step in [-1, 1] input units, 0 < step_size <= epsilon"),
         "iterations": Param(5, positive_int, "PGD steps, integer > 0"),
         "random_start": Param(True, boolean, "boolean"),
         "weight_clean": Param(1.0, non_negative, "weight of CE on clean inputs, >= 0"),
         "weight_adv": Param(0.08, non_negative, "weight of CE on perturbed inputs, >= 0"),
     }
+
+    @classmethod
+    def resolve_params(cls, params: Mapping[str, Any], where: str = "defense") -> dict[str, Any]:
+        out = super().resolve_params(params, where)
+        if out["step_size"] > out["epsilon"]:
+            raise DefenseConfigError(
+                f"{where}.step_size: {out['step_size']!r} is larger than epsilon = "
+                f"{out['epsilon']!r} (a PGD step beyond the radius is clipped back; use "
+                "step_size <= epsilon)")
+        if out["weight_clean"] + out["weight_adv"] <= 0:
+            raise DefenseConfigError(f"{where}.weight_adv: weight_clean and weight_adv are both "
+                                     "0, so the loss is 0 and nothing trains")
+        return out
 
     def adversarial_labels(self, y: Tensor, ctx: StepContext) -> Tensor:
         return sample_targets(y, ctx.n_classes, ctx.generator)

@@ -38,6 +38,16 @@ def boolean(v: Any) -> bool:
     return isinstance(v, bool)
 
 
+#: Largest meaningful L-inf radius / step in the normalised input space: inputs lie in [-1, 1],
+#: so a perturbation of 2 already reaches every image.
+MAX_INPUT_PERTURBATION = 2.0
+
+
+def input_perturbation(v: Any) -> bool:
+    """A radius or step in [-1, 1] input units: 0 < v <= 2."""
+    return positive(v) and v <= MAX_INPUT_PERTURBATION
+
+
 @dataclasses.dataclass(frozen=True)
 class ModelContext:
     """What a defense may need to know about the model it defends (e.g. Trap-MID builds a

@@ -8,6 +8,13 @@ Three stages, each an ordinary training run of the shared loop (one config varia
    x the *normalised* input, so a deleted pixel is 0 = mid-grey) and trained jointly with it by
    the same Adam optimiser. Loss (train and validation) = CE_sum + λ1·Σ_p ‖W[:, p]‖₂
    (+ λ_ridge·Σ_p ‖W[:, p]‖₂², default 0), the group lasso over the RGB triplet of every pixel.
+   Two readings of λ1: paper App. E.2 writes the stage-1 loss as L + λ1·‖D^Norm‖₂ (D^Norm the
+   H×W matrix of the triplet norms n_p) and calls λ1 the strength of a "ridge penalty"; REPO's
+   ``lasso.lambda_`` weights the group lasso Σ_p n_p. ``penalty_form: group_lasso`` (default)
+   is REPO's reading; ``penalty_form: ridge`` is the paper's formula read literally,
+   λ1·‖D^Norm‖₂ = λ1·(Σ_p n_p²)^½ (one Frobenius norm of the whole mask, not squared; it shrinks
+   every weight alike and leaves the zeroing to the hard threshold). Only stage 1 has the
+   switch; stage 2 is the adaptive group lasso in both sources.
 2. ``stage: adaptive`` (GL+AGL, Dinh & Ho): a fresh network and mask (init 0.5); the penalty is
    λ2·Σ_p ‖W[:, p]‖₂ / (ñ_p^ρ + 1e-8) with ñ_p the RGB norm of stage 1's final mask (a pixel
    stage 1 deleted gets weight 1e8, i.e. stays off).
@@ -56,6 +63,7 @@ from torch import Tensor, nn
 from torchvision import transforms as T
 
 from atat.data.loading import resolve_aug
+from atat.io import torch_load
 from atat.defenses.base import (Defense, DefenseConfigError, Param, StepContext, boolean,
                                 non_negative, positive, positive_int)
 from atat.models import Classifier
@@ -65,7 +73,7 @@ MASK_STAGES = ("group_lasso", "adaptive")
 PAPER_LAMBDA = {"group_lasso": 0.01, "adaptive": 0.1}   # paper App. E.2 (λ1, λ2)
 ADAPTIVE_EPS = 1e-8                                      # spec §2.9, REPO
 
-__all__ = ["MaskLayer", "MaskTransform", "MaskedClassifier", "PixelMaskDefense",
+__all__ = ["MaskLayer", "MaskTransform", "MaskedClassifier", "PENALTY_FORMS", "PixelMaskDefense",
            "apply_threshold_", "binarize", "group_norms", "group_lasso_penalty",
            "load_mask", "mask_stage_augmentation", "mask_stats"]
 
@@ -88,12 +96,24 @@ def group_norms(w: Tensor) -> Tensor:
     return torch.linalg.vector_norm(w, ord=2, dim=0)
 
 
+PENALTY_FORMS = ("group_lasso", "ridge")
+
+
 def group_lasso_penalty(w: Tensor, lam: float, lam_ridge: float = 0.0,
-                        weights: Tensor | None = None) -> Tensor:
-    """λ·Σ_p w_p·n_p + λ_ridge·Σ_p n_p² (w_p = 1 for the plain group lasso)."""
+                        weights: Tensor | None = None, form: str = "group_lasso") -> Tensor:
+    """λ·Σ_p w_p·n_p + λ_ridge·Σ_p n_p² (w_p = 1 for the plain group lasso); with
+    ``form="ridge"`` the first term is λ·‖(n_p)_p‖₂ = λ·(Σ_p n_p²)^½ instead (paper App. E.2's
+    stage-1 formula read literally; no adaptive weights)."""
     n = group_norms(w)
-    lasso = (n * weights).sum() if weights is not None else n.sum()
-    return lam * lasso + lam_ridge * (n * n).sum()
+    if form == "ridge":
+        if weights is not None:
+            raise ValueError("the ridge form takes no adaptive weights")
+        first = torch.linalg.vector_norm(n)
+    elif form == "group_lasso":
+        first = (n * weights).sum() if weights is not None else n.sum()
+    else:
+        raise ValueError(f"unknown penalty form {form!r} (known: {PENALTY_FORMS})")
+    return lam * first + lam_ridge * (n * n).sum()
 
 
 def adaptive_weights(prior_norms: Tensor, rho: float) -> Tensor:
@@ -127,7 +147,7 @@ def mask_stats(w: Tensor, atol: float = 1e-8) -> dict[str, float | int]:
 
 def load_mask(path: str | Path) -> Tensor:
     """The (3, H, W) mask weights of a pixel-mask model checkpoint of :func:`atat.train.train`."""
-    ckpt = torch.load(path, map_location="cpu", weights_only=True)
+    ckpt = torch_load(path)
     state = ckpt.get("state_dict", ckpt) if isinstance(ckpt, Mapping) else None
     if not isinstance(state, Mapping) or "mask.weight" not in state:
         raise ValueError(f"{path}: not a pixel-mask model (no 'mask.weight' in its state dict)")
@@ -223,14 +243,17 @@ class PixelMaskDefense(Defense):
         "lambda_lasso": Param(None, _optional_non_negative,
                               "group-lasso weight, >= 0, or null = paper App. E.2 value "
                               "(0.01 group_lasso, 0.1 adaptive)"),
+        "penalty_form": Param("group_lasso", lambda v: v in PENALTY_FORMS,
+                              f"one of {list(PENALTY_FORMS)}: what λ1 weights in stage 1, the "
+                              "group lasso Σ_p n_p (REPO) or the paper's 'ridge' ‖D^Norm‖₂ "
+                              "(App. E.2); only stage group_lasso may use ridge"),
         "lambda_ridge": Param(0.0, non_negative, "weight of Σ_p n_p², >= 0 (spec §2.9: 0)"),
         "rho": Param(1.0, positive, "AGL exponent ρ, > 0 (paper App. E.2: 1)"),
-        "mask_init": Param(0.5, lambda v: isinstance(v, (int, float)) and not isinstance(v, bool),
-                           "initial mask weight (spec §2.9: 0.5)"),
-        "mask_lr": Param(None, lambda v: v is None or (isinstance(v, (int, float))
-                                                       and not isinstance(v, bool) and v > 0),
-                         "Adam learning rate of the mask weights in the mask stages, > 0, or "
-                         "null = the training lr (paper/REPO: one optimiser, one lr)"),
+        "mask_init": Param(0.5, lambda v: positive(v) and v <= 1,
+                           "initial mask weight, 0 < mask_init <= 1 (spec §2.9: 0.5)"),
+        "mask_lr": Param(None, lambda v: v is None or (positive(v) and v <= 10),
+                         "Adam learning rate of the mask weights in the mask stages, in (0, 10], "
+                         "or null = the training lr (paper/REPO: one optimiser, one lr)"),
         "penalty": Param(None, _optional_bool,
                          "add the penalty to the loss; null = on in the mask stages, off in "
                          "retrain"),
@@ -259,6 +282,10 @@ class PixelMaskDefense(Defense):
                 f"previous stage) or `prior_model` (its model file)")
         if out["stage"] == "group_lasso" and (out["prior"] or out["prior_model"]):
             raise DefenseConfigError(f"{where}: stage 'group_lasso' takes no prior")
+        if out["penalty_form"] != "group_lasso" and out["stage"] != "group_lasso":
+            raise DefenseConfigError(
+                f"{where}.penalty_form: '{out['penalty_form']}' is only defined for stage "
+                f"'group_lasso' (stage 1); stage '{out['stage']}' uses the adaptive group lasso")
         return out
 
     def __init__(self, params: Mapping[str, Any], n_classes: int, context=None) -> None:
@@ -364,7 +391,8 @@ class PixelMaskDefense(Defense):
                 raise RuntimeError("pixel_mask adaptive stage: the stage-1 mask was not loaded "
                                    "(load_prior / on_epoch_start not called)")
             weights = adaptive_weights(self.prior_norms.to(w.device), self.params["rho"])
-        return group_lasso_penalty(w, self.lam, self.params["lambda_ridge"], weights)
+        return group_lasso_penalty(w, self.lam, self.params["lambda_ridge"], weights,
+                                   form=self.params["penalty_form"])
 
     def _loss(self, model: nn.Module, x: Tensor, y: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         logits = self.logits(model, x)

@@ -101,7 +101,7 @@ def block_skips(net: nn.Module) -> dict[str, float]:
 
 def _skip_list(v: Any) -> bool:
     return (isinstance(v, (list, tuple)) and len(v) == 4
-            and all(isinstance(s, (int, float)) and not isinstance(s, bool) and s >= 0
+            and all(isinstance(s, (int, float)) and not isinstance(s, bool) and 0 <= s <= 1
                     for s in v))
 
 
@@ -113,8 +113,8 @@ class RemoveLastStageSkip(Defense):
     type_name = "rolss"
     PARAMS = {
         "skip": Param([1, 1, 1, 0], _skip_list,
-                      "list of 4 skip factors >= 0 for layer1..layer4 (0 removes the identity "
-                      "path, k scales it)"),
+                      "list of 4 skip factors in [0, 1] for layer1..layer4 (0 removes the "
+                      "identity path, 1 keeps it, k in between scales it down)"),
         "layer3_split": Param(0.8, _split,
                               "official RoLSS rule: layer3 blocks with index >= "
                               "int(split * n_blocks) have no skip; in (0, 1], 1.0 disables it"),

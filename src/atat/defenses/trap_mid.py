@@ -62,7 +62,7 @@ from torch import Tensor, nn
 from torchvision.transforms import v2
 from torchvision.transforms.v2 import InterpolationMode
 
-from atat.defenses.base import Defense, Param, StepContext, boolean, positive
+from atat.defenses.base import Defense, Param, StepContext, boolean
 
 
 def _unit_open(v: Any) -> bool:
@@ -103,7 +103,8 @@ class TrapMID(Defense):
                        "0.007, Trap-MID* 0.02"),
         "beta": Param(0.5, _unit_closed, "trapdoor loss weight in [0, 1]; paper A.1 Trap-MID "
                       "0.5, Trap-MID* 0.2"),
-        "step_size": Param(0.01, positive, "signed-gradient step of the trigger update, > 0"),
+        "step_size": Param(0.01, _unit_open, "signed-gradient step of the trigger update, in "
+                           "(0, 1] (the triggers live in [0, 1])"),
         "discriminator": Param(True, boolean, "train a discriminator and add its naturalness "
                                "loss to the trigger loss (boolean)"),
         "optimized": Param(True, boolean, "update the triggers during training (boolean; "
