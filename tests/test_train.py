@@ -242,3 +242,15 @@ def test_early_stop_target_named_by_a_variant_is_read_from_its_metrics(data_root
     ref.unlink()
     with pytest.raises(ValueError, match="unseen_metrics.json"):
         run(s, tmp_path, "es_missing")
+
+
+def test_models_without_a_stop_reference_keep_their_fingerprint(data_root):
+    """The new TrainSpec field must not change the fingerprint (resume files) of any other
+    model: it only counts when set."""
+    import hashlib
+    s = spec(data_root)
+    old = {k: v for k, v in dataclasses.asdict(s).items()
+           if k not in ("model_id", "stop_reference_metrics")}
+    blob = json.dumps(old, sort_keys=True, default=str)
+    assert s.fingerprint() == hashlib.sha256(blob.encode()).hexdigest()[:16]
+    assert dataclasses.replace(s, stop_reference_metrics="m.json").fingerprint() != s.fingerprint()

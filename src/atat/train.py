@@ -67,8 +67,11 @@ class TrainSpec:
     stop_reference_metrics: str | None = None
 
     def fingerprint(self) -> str:
+        # stop_reference_metrics only when set, so every other model keeps its fingerprint
         blob = json.dumps({k: v for k, v in dataclasses.asdict(self).items()
-                           if k not in ("model_id",)}, sort_keys=True, default=str)
+                           if k not in ("model_id",)
+                           and not (k == "stop_reference_metrics" and v is None)},
+                          sort_keys=True, default=str)
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 

@@ -101,7 +101,7 @@ def train_inputs(wildcards):
 def train_spec(wildcards):
     """Everything that determines the model, handed to atat.train.TrainSpec."""
     ds = wildcards.dataset
-    return dict(
+    spec = dict(
         model_id=f"{ds}/{wildcards.arch}/{wildcards.defense}/seed{wildcards.seed}",
         dataset_root=f"{dataset_dir(ds)}/private",
         resolution=dataset_resolution(ds),
@@ -112,8 +112,10 @@ def train_spec(wildcards):
         augmentation=config["augmentation"],
         seed=int(wildcards.seed),
         weights_path=weights_path(wildcards),
-        stop_reference_metrics=stop_reference(wildcards),
     )
+    if stop_reference(wildcards):  # only then: the params of every other model stay as they were
+        spec["stop_reference_metrics"] = stop_reference(wildcards)
+    return spec
 
 
 def defense_variant(wildcards):

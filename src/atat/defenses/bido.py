@@ -22,8 +22,9 @@ Defaults λx = a1 = 0.05, λy = a2 = 0.5 (paper's standard values). BiDO** = sam
 
 REPO refuses to run unless ``dataset.val_drop_last=True`` (BIDO-F's evaluation could not
 handle a short last batch). This class does not need it — a last batch of any size m ≥ 1 gives
-finite values — but the config should still set it to reproduce REPO (it changes which
-validation samples enter checkpoint selection).
+finite values — but the config still sets it to reproduce REPO: it changes which validation
+samples enter checkpoint selection and, as REPO's loaders, which test samples are scored
+(atat.train drops the last partial batch of both splits).
 """
 
 from __future__ import annotations
