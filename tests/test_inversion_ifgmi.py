@@ -188,7 +188,7 @@ def test_best_stage_is_argmax_of_stage_acc1():
     assert out["targets"].tolist() == [0, 0, 0, 1, 1, 1]
     assert len(calls) == 4 * n_stages
     frame = out["frame"]
-    assert list(frame.columns) == ["class", *SCORE_COLUMNS] and len(frame) == 6
+    assert list(frame.columns) == ["class", *SCORE_COLUMNS, "img_absmax"] and len(frame) == 6
     assert (frame["correct_top1"] == 1.0).all()
     assert out["final_w"].shape == (6, 1, 16)
     assert sorted(out["best_images"]) == [0, 1]

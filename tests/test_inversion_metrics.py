@@ -10,7 +10,13 @@ import torch.nn.functional as F
 from torch import nn
 
 from atat.inversion.core import SCORE_COLUMNS, ResultAccumulator
-from atat.inversion.metrics import DEFAULT_FACE_NOTE, Evaluator, min_sq_dist, summarize
+from atat.inversion.metrics import (
+    DEFAULT_FACE_NOTE,
+    IMAGE_RANGE_WARN,
+    Evaluator,
+    min_sq_dist,
+    summarize,
+)
 
 # An image is a constant colour -1 + 0.2 k encoding the code k; the fake networks look the
 # code up in hand-set tables, so every feature and logit below is known exactly.
@@ -190,3 +196,40 @@ def test_evaluator_reads_the_training_split_of_the_attacked_classes(tmp_path):
     assert torch.isfinite(s["dist_eval"]).all() and (s["dist_face"] <= 4 + 1e-5).all()
     with pytest.raises(KeyError):
         ev(x[:1], torch.tensor([0]))
+
+
+def test_out_of_range_images_are_scored_unclamped_and_flagged_in_the_summary():
+    """Official PPA/IF-GMI/PPDG evaluations score generator images without clamping; the
+    summary shows how far outside [-1, 1] they went."""
+
+    class Linear(nn.Module):  # features = mean pixel value, so a clamp would change them
+        resolution = 8
+
+        def features(self, x):
+            return x.mean(dim=(1, 2, 3))[:, None].repeat(1, 2)
+
+        def head(self, f):
+            return torch.cat([f[:, :1], -f[:, :1]], dim=1)
+
+    ev = Evaluator(Linear(), real=(torch.zeros(1, 3, 16, 16), torch.tensor([0])),
+                   eval_resolution=8)
+    x = torch.full((3, 3, 16, 16), 0.5)
+    x[1, :, 4:12, 4:12] = 30.0  # inside the 12 px center crop: a broken generator's output
+    x[2, :, 0, 0] = 50.0        # outside the crop: not scored, not counted
+    acc = ResultAccumulator(figure_resolution=4, center_crop=12)
+    t = torch.tensor([0, 0, 0])
+    scores = ev(x, t)
+    # unclamped: feature = mean pixel (64·30 + 192·0.5)/256; d² to the zero real image, ×2
+    # features (clamped to 1 it would be 2·0.625²)
+    expected = 2 * ((64 * 30 + 192 * 0.5) / 256) ** 2
+    assert scores["dist_eval"][:2].tolist() == pytest.approx([2 * 0.25, expected], rel=1e-5)
+    acc.add(x, t, scores)
+    frame = acc.frame()
+    assert frame["img_absmax"].tolist() == pytest.approx([0.5, 30.0, 0.5])
+    s = ev.summarize(frame)
+    assert s["img_absmax_max"] == pytest.approx(30.0) and 30.0 > IMAGE_RANGE_WARN
+    assert s["img_absmax_median"] == pytest.approx(0.5)
+    assert "outside the generator's [-1, 1]" in s["image_range_note"]
+    ok = summarize(frame.iloc[:1])
+    assert ok["img_absmax_max"] == pytest.approx(0.5) and "image_range_note" not in ok
+    assert math.isnan(summarize(frame.drop(columns="img_absmax"))["img_absmax_max"])

@@ -133,7 +133,7 @@ def test_run_ppa_outputs_and_resume_equivalence(tmp_path, monkeypatch):
     G, T = tiny_generator(), TinyTarget()
     full = ppa.run_ppa(G, T, params(), fake_scorer, progress=False)
     assert full["targets"].tolist() == [1, 1, 3, 3]
-    assert list(full["frame"].columns) == ["class", *core.SCORE_COLUMNS]
+    assert list(full["frame"].columns) == ["class", *core.SCORE_COLUMNS, *core.IMAGE_COLUMNS]
     assert len(full["frame"]) == 4 and sorted(full["best_images"]) == [1, 3]
     img = full["best_images"][1]["image"]
     assert img.dtype == torch.uint8 and img.shape == (3, 8, 8)

@@ -276,7 +276,7 @@ def test_run_ppdg_structure_and_original_untouched(monkeypatch):
     assert w_avg_moves == [False, True, False, True]
 
     frame = out["frame"]
-    assert list(frame.columns) == ["class", *SCORE_COLUMNS]
+    assert list(frame.columns) == ["class", *SCORE_COLUMNS, "img_absmax"]
     assert len(frame) == 8 and sorted(frame["class"].unique()) == [1, 2]
     assert out["targets"] == [1, 2]
     assert out["final_w"].shape == (8, 1, 16) and out["final_targets"].tolist() == [1] * 4 + [2] * 4

@@ -114,7 +114,7 @@ rule invert:
 
 rule inversion_per_image:
     # One long table of every attacked image (dataset, architecture, defense, seed, attack,
-    # class, correct_top1, correct_top5, evalconf, dist_face, dist_eval): the input of the
+    # class, correct_top1, correct_top5, evalconf, dist_face, dist_eval, img_absmax): the input of the
     # Wilson / per-class t intervals of Tables 23-28.
     input:
         lambda wc: [f"results/inversion/{r.path}/{a}/per_image.csv"

@@ -253,6 +253,11 @@ def final_selection(G: nn.Module, target_model: nn.Module, w: torch.Tensor,
 #: face-embedding network is used (non-face datasets); ``dist_eval`` likewise when absent.
 SCORE_COLUMNS = ("correct_top1", "correct_top5", "evalconf", "dist_face", "dist_eval")
 
+#: Per-image column the accumulator adds itself: max |pixel| of the scored (center-cropped)
+#: image. Generator outputs are scored unclamped, as in the official evaluations (see
+#: :mod:`atat.inversion.metrics`); this column shows how far outside [-1, 1] they went.
+IMAGE_COLUMNS = ("img_absmax",)
+
 #: A scorer maps (images in [-1, 1] at generator resolution [N, 3, R, R], target classes [N])
 #: to a dict of per-image float tensors keyed by SCORE_COLUMNS. It applies the generator's
 #: center crop and the resizes of the evaluation/face networks itself.
@@ -275,9 +280,12 @@ class ResultAccumulator:
         if missing:
             raise KeyError(f"scorer did not return {missing}")
         cols = {c: torch.as_tensor(scores[c]).detach().float().cpu() for c in SCORE_COLUMNS}
+        absmax = (preprocess(images.detach(), self.center_crop, None).abs().flatten(1)
+                  .amax(dim=1).float().cpu())
         small = None
         for i, t in enumerate(targets.tolist()):
-            self.rows.append({"class": int(t), **{c: float(cols[c][i]) for c in SCORE_COLUMNS}})
+            self.rows.append({"class": int(t), **{c: float(cols[c][i]) for c in SCORE_COLUMNS},
+                              "img_absmax": float(absmax[i])})
             conf = float(cols["evalconf"][i])
             if t not in self.best or conf > self.best[t][0]:
                 if small is None:
@@ -289,7 +297,7 @@ class ResultAccumulator:
     def frame(self):
         import pandas as pd
 
-        return pd.DataFrame(self.rows, columns=["class", *SCORE_COLUMNS])
+        return pd.DataFrame(self.rows, columns=["class", *SCORE_COLUMNS, *IMAGE_COLUMNS])
 
     def best_images(self) -> dict[int, dict]:
         return {c: {"evalconf": conf, "image": img} for c, (conf, img) in sorted(self.best.items())}

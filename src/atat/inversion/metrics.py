@@ -15,6 +15,17 @@ Attack images are center-cropped (the generator's crop) and resized (bilinear, a
 each network's resolution; the real images are the private training split (the 72% subset,
 §5.1) of the attacked classes resized to the network resolution, embedded once.
 :func:`summarize` pools the per-image values (means over images, §5.3-5.5).
+
+Attack images are **not clamped** to [-1, 1] before scoring, exactly as the official
+evaluations: PPA (LukasStruppek/Plug-and-Play-Attacks ``utils/stylegan.py::create_image``, used
+by ``metrics/classification_acc.py`` and ``metrics/distance_metrics.py``: synthesis → center
+crop → resize), IF-GMI (final-solution/IF-GMI ``attacks/optimize.py`` keeps the pre-clip
+``origin_imgs`` that ``intermediate_attack.py`` scores) and PPDG (tmlr-group/PPDG-MI
+``high_resolution/utils/stylegan.py::create_image``; ``attack_tuneG.py`` even leaves its
+``torch.clamp`` of the pseudo-private data commented out). A trained generator stays close to
+[-1, 1]; an untrained or broken one does not, and then δ_eval explodes (1e13-1e20 seen with
+random weights). The accumulator records each image's max |pixel| (``img_absmax``) and
+:func:`summarize` reports their maximum and median so such a run is recognisable.
 """
 
 from __future__ import annotations
@@ -30,11 +41,14 @@ from torch.utils.data import DataLoader, Subset
 from atat.data.loading import ManifestDataset, build_transform
 from atat.inversion.core import SCORE_COLUMNS, preprocess
 
-__all__ = ["DEFAULT_FACE_NOTE", "Evaluator", "min_sq_dist", "summarize"]
+__all__ = ["DEFAULT_FACE_NOTE", "IMAGE_RANGE_WARN", "Evaluator", "min_sq_dist", "summarize"]
 
 DEFAULT_FACE_NOTE = ("dist_face (δ_face) not computed: no face-embedding network for this "
                      "dataset (not a face dataset); dist_eval (δ_eval) is the face-free distance "
                      "(paper App. I.2)")
+#: max |pixel| of an attack image beyond which the summary flags the run (a trained StyleGAN2
+#: overshoots [-1, 1] only slightly)
+IMAGE_RANGE_WARN = 2.0
 _CHUNK_ELEMENTS = 1 << 24  # bound on the [rows, K, D] difference tensor of min_sq_dist
 
 
@@ -186,6 +200,9 @@ def summarize(frame, face_metric_note: str | None = None) -> dict[str, Any]:
     """Pooled means over the images of ``frame`` (``ResultAccumulator.frame()``): attacc1,
     attacc5, evalconf, dist_face, dist_eval. A NaN value of a column (not computed) keeps the
     mean NaN; when ``dist_face`` is NaN the dict also carries ``face_metric_note`` saying why.
+    ``img_absmax_max`` / ``img_absmax_median``: max / median over images of their max |pixel|
+    (NaN when the frame has no ``img_absmax``); above :data:`IMAGE_RANGE_WARN` the dict carries
+    ``image_range_note``.
     (Pooled means equal per-target means when every target has the same number of images,
     spec §5.3/§7.)"""
     names = {"attacc1": "correct_top1", "attacc5": "correct_top5", "evalconf": "evalconf",
@@ -198,4 +215,13 @@ def summarize(frame, face_metric_note: str | None = None) -> dict[str, Any]:
             out[key] = math.nan
     if math.isnan(out["dist_face"]):
         out["face_metric_note"] = face_metric_note or DEFAULT_FACE_NOTE
+    absmax = frame["img_absmax"].astype(float).dropna() if "img_absmax" in frame.columns else []
+    out["img_absmax_max"] = float(absmax.max()) if len(absmax) else math.nan
+    out["img_absmax_median"] = float(absmax.median()) if len(absmax) else math.nan
+    if out["img_absmax_max"] > IMAGE_RANGE_WARN:
+        out["image_range_note"] = (
+            f"attack images reach |pixel| = {out['img_absmax_max']:.3g} (median "
+            f"{out['img_absmax_median']:.3g}), far outside the generator's [-1, 1]: they are "
+            f"scored unclamped as in the official evaluations, so δ_eval/δ_face are not "
+            f"comparable with a trained generator's (check the generator)")
     return out

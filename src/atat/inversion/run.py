@@ -151,6 +151,8 @@ def run_inversion(*, attack: str, params: Mapping[str, Any], ids: Mapping[str, A
     summary["n_images"] = int(len(frame))
     summary["n_classes_attacked"] = len(classes)
     summary["chance_attacc1"] = 1.0 / int(params["n_classes"])
+    if "image_range_note" in summary:
+        log.warning("%s %s: %s", attack, ckpt["model_id"], summary["image_range_note"])
     per_image = frame.copy()
     for i, col in enumerate(ID_COLUMNS):
         per_image.insert(i, col, ids[col])
