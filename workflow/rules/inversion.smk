@@ -5,6 +5,7 @@
 # declared, so a failed job keeps it and a rerun continues).
 
 from atat.config import inversion_params  # noqa: E402
+from atat.inversion_resources import ppdg_gpu_memory_mb  # noqa: E402
 
 TRAINED_GENERATORS = [n for n, g in config.get("generators", {}).items() if "train" in g]
 INV_RUNS = [r for r in RUNS] if INV_ATTACKS else []
@@ -51,6 +52,29 @@ def inversion_inputs(wildcards):
         else:
             inputs["perceptual_embedding"] = f"results/face_embedding/{ds}/model.pt"
     return inputs
+
+
+#: full resolution of the downloadable StyleGAN2-ADA priors (spec attacks §6.1: ffhq.pkl 1024 px,
+#: afhqdog.pkl 512 px), by file name; another url is assumed to be 1024 px (the largest release).
+PRIOR_RESOLUTION = {"ffhq.pkl": 1024, "afhqdog.pkl": 512}
+
+
+def generator_resolution(name):
+    g = config["generators"][name]
+    if "train" in g:
+        return int(dataset_resolution(g["train"]["dataset"]))
+    return PRIOR_RESOLUTION.get(Path(g["url"]).name, 1024)
+
+
+def invert_gpu_mem_mb(wildcards):
+    """PPDG's estimated GPU peak (atat.inversion_resources: generator tuning on the
+    num_inv_points pivots at full resolution, measured at 256/512 px and extrapolated); not
+    declared for PPA/IF-GMI (None), whose footprint was not measured."""
+    if wildcards.attack != "ppdg":
+        return None
+    p = inversion_params(config, wildcards.dataset, wildcards.arch, wildcards.defense, "ppdg")
+    res = generator_resolution(config["datasets"][wildcards.dataset]["generator"])
+    return ppdg_gpu_memory_mb(res, int(p["num_inv_points"]), p["measure"])
 
 
 rule train_generator:
@@ -104,7 +128,13 @@ rule invert:
     threads: 8
     resources:
         gpu=1,
+        # host RAM; also covers a CPU run of PPDG at 1024 px with 5 points (~32 GiB of
+        # tuning tensors, atat.inversion_resources)
         mem_mb=48000,
+        # PPDG only: estimated GPU memory, 37000 MB at the paper's 1024 px / 5 points (a
+        # 48 GB A6000 or 80 GB A100/H100; a 40 GB A100 is marginal). Not a standard Snakemake
+        # resource: informative, or a cap with --resources gpu_mem_mb=N (global scope).
+        gpu_mem_mb=invert_gpu_mem_mb,
         runtime=24 * 60,
     conda:
         "../../envs/torch.yaml"
