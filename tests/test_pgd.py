@@ -1,3 +1,4 @@
+import pytest
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -76,6 +77,44 @@ def test_tf32_is_disabled_inside_pgd_and_restored():
     finally:
         torch.set_float32_matmul_precision("highest")
         torch.backends.cuda.matmul.allow_tf32 = False
+
+
+def test_tf32_precision_sets_pytorch_defaults_inside_pgd_and_restores():
+    seen = []
+
+    class Spy(nn.Module):
+        def forward(self, z):
+            b = torch.backends
+            seen.append((b.cudnn.allow_tf32, b.cuda.matmul.allow_tf32,
+                         torch.get_float32_matmul_precision()))
+            return z.flatten(1)[:, :5]
+
+    b = torch.backends
+    before = (b.cuda.matmul.allow_tf32, b.cudnn.allow_tf32, torch.get_float32_matmul_precision())
+    try:
+        b.cudnn.allow_tf32 = False
+        torch.set_float32_matmul_precision("high")
+        x, y = batch()
+        pgd(Spy(), x, y, epsilon=0.01, step_size=0.005, iterations=2, targeted=True,
+            precision="tf32")
+        # PyTorch's defaults (the authors' code): cuDNN TF32 on, matmul TF32 off
+        assert seen == [(True, False, "highest")] * 2
+        assert b.cudnn.allow_tf32 is False and torch.get_float32_matmul_precision() == "high"
+        with pytest.raises(ValueError, match="precision must be one of fp32, tf32"):
+            pgd(Spy(), x, y, epsilon=0.01, step_size=0.005, iterations=1, targeted=True,
+                precision="bf16")
+    finally:
+        torch.set_float32_matmul_precision(before[2])
+        b.cuda.matmul.allow_tf32, b.cudnn.allow_tf32 = before[0], before[1]
+
+
+def test_fp32_and_tf32_give_identical_pgd_on_cpu():
+    """TF32 is a CUDA feature: on CPU the two settings compute the same numbers."""
+    model, (x, y) = tiny_model(), batch()
+    runs = [pgd(model, x, y, epsilon=1e-5, step_size=5e-6, iterations=3, targeted=False,
+                generator=torch.Generator().manual_seed(0), precision=p)
+            for p in ("fp32", "tf32")]
+    assert torch.equal(runs[0], runs[1])
 
 
 def test_targets_never_equal_labels_and_cover_all_other_classes():

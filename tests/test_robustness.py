@@ -4,6 +4,7 @@ from __future__ import annotations
 import contextlib
 import json
 import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -12,6 +13,7 @@ from torch import nn
 from atat.robustness import (DEMO_SETTINGS, NormalizedModel, evaluate_autoattack, no_tf32,
                              run_autoattack)
 
+ROOT_DIR = Path(__file__).resolve().parents[1]
 CHEAP = {"apgd": {"n_iter": 4, "n_restarts": 1},
          "apgd_t": {"n_target_classes": 2, "n_iter": 4},
          "fab": {"n_target_classes": 2, "n_iter": 4, "n_restarts": 1},
@@ -394,3 +396,150 @@ def test_standard_settings_without_clamping():
     assert r["settings"]["fab-t"]["n_target_classes"] == 9
     assert r["settings_notes"] == []
     assert r["robust_accuracy"] == 0.0
+
+
+# ----------------------------------------------------------------------------- precision
+def test_attack_precision_tf32_is_pytorch_defaults_and_restores():
+    from atat.precision import attack_precision
+
+    b = torch.backends
+    before = (b.cuda.matmul.allow_tf32, b.cudnn.allow_tf32, torch.get_float32_matmul_precision())
+    try:
+        b.cuda.matmul.allow_tf32 = True
+        b.cudnn.allow_tf32 = False
+        torch.set_float32_matmul_precision("high")
+        with attack_precision("tf32"):
+            assert b.cudnn.allow_tf32 is True            # cuDNN convolutions may use TF32
+            assert b.cuda.matmul.allow_tf32 is False     # PyTorch's default for matmuls
+            assert torch.get_float32_matmul_precision() == "highest"
+        assert (b.cuda.matmul.allow_tf32, b.cudnn.allow_tf32) == (True, False)
+        assert torch.get_float32_matmul_precision() == "high"
+        with attack_precision("fp32"):
+            assert not b.cudnn.allow_tf32 and not b.cuda.matmul.allow_tf32
+        with pytest.raises(RuntimeError):                # restored on error, too
+            with attack_precision("tf32"):
+                raise RuntimeError("boom")
+        assert b.cudnn.allow_tf32 is False and torch.get_float32_matmul_precision() == "high"
+        with pytest.raises(ValueError, match="precision must be one of fp32, tf32"):
+            with attack_precision("fp16"):
+                pass
+    finally:
+        torch.set_float32_matmul_precision(before[2])
+        b.cuda.matmul.allow_tf32, b.cudnn.allow_tf32 = before[0], before[1]
+
+
+def test_attack_precision_tf32_with_new_precision_api():
+    from atat.precision import attack_precision
+
+    b = torch.backends
+    before = (b.cuda.matmul.allow_tf32, b.cudnn.allow_tf32, torch.get_float32_matmul_precision())
+    try:
+        b.cuda.matmul.fp32_precision = "tf32"
+        b.cudnn.conv.fp32_precision = "ieee"
+        with attack_precision("tf32"):
+            assert b.cudnn.conv.fp32_precision == "tf32"
+            assert b.cudnn.rnn.fp32_precision == "tf32"
+            assert b.cuda.matmul.fp32_precision == "ieee"
+        assert b.cuda.matmul.fp32_precision == "tf32"
+        assert b.cudnn.conv.fp32_precision == "ieee"
+    finally:   # legacy writes make the legacy flags readable again
+        torch.set_float32_matmul_precision(before[2])
+        b.cuda.matmul.allow_tf32, b.cudnn.allow_tf32 = before[0], before[1]
+
+
+def test_record_states_the_precision(cnn_run):
+    _, _, _, record, _ = cnn_run
+    assert record["precision"] == "fp32" and record["tf32_active"] is False
+
+
+def test_tf32_precision_is_applied_recorded_and_a_no_op_on_cpu():
+    seen = []
+
+    class Spy(nn.Module):
+        def __init__(self, inner):
+            super().__init__()
+            self.inner = inner
+
+        def forward(self, x):
+            seen.append(torch.backends.cudnn.allow_tf32)
+            return self.inner(x)
+
+    model = tiny_cnn()
+    x, y = cnn_data(model, n=4)
+    kw = dict(epsilon=0.01, attacks=("apgd-ce", "square"), version="custom", settings=CHEAP,
+              batch_size=4, seed=3)
+    before = torch.backends.cudnn.allow_tf32
+    rec_tf32 = evaluate_autoattack(Spy(model), x, y, precision="tf32", **kw)
+    assert seen and all(seen) and torch.backends.cudnn.allow_tf32 == before
+    seen.clear()
+    rec_fp32 = evaluate_autoattack(Spy(model), x, y, **kw)
+    assert seen and not any(seen)
+    assert rec_tf32["precision"] == "tf32" and rec_tf32["tf32_active"] is False  # CPU
+    assert rec_tf32["robust_flags"] == rec_fp32["robust_flags"]
+    for a in kw["attacks"]:
+        assert rec_tf32["per_attack"][a]["robust_flags"] == rec_fp32["per_attack"][a]["robust_flags"]
+    with pytest.raises(ValueError, match="precision must be one of fp32, tf32"):
+        evaluate_autoattack(model, x, y, precision="high", **kw)
+
+
+def test_compare_precisions_measures_every_epsilon_under_both_settings():
+    from atat.robust_eval import compare_precisions
+
+    model = tiny_cnn()
+    x, y = cnn_data(model, n=4)
+    out = compare_precisions(model, x, y, epsilons=[0.01, 1e-5], attacks=("apgd-ce",),
+                             version="custom", settings=CHEAP, batch_size=4, seed=3)
+    json.dumps(out, allow_nan=False)
+    assert [(r["epsilon"], r["precision"]) for r in out["rows"]] == [
+        (0.01, "fp32"), (0.01, "tf32"), (1e-5, "fp32"), (1e-5, "tf32")]
+    assert all(r["tf32_active"] is False and "robust_apgd-ce" in r for r in out["rows"])
+    assert [d["epsilon"] for d in out["differences"]] == [0.01, 1e-5]
+    # CPU: TF32 does not exist, so both settings give the same numbers (and the note says so)
+    assert all(d["tf32_minus_fp32"] == 0 and d["n_examples_differing"] == 0
+               for d in out["differences"])
+    assert "not available on this device" in out["note"] and out["device"] == "cpu"
+    with pytest.raises(ValueError, match="precisions must be one of"):
+        compare_precisions(model, x, y, epsilons=[0.01], attacks=("apgd-ce",),
+                           precisions=("fp32", "bf16"))
+
+
+def test_precision_benchmark_cli_on_a_trained_model(tmp_path, capsys):
+    import yaml
+
+    from atat.data.synthfaces import generate_synthfaces
+    from atat.robust_eval import precision_benchmark_main
+    from atat.train import TrainSpec, train
+
+    generate_synthfaces(tmp_path / "ds", n_private_identities=4, n_public_identities=1,
+                        images_per_identity=8, public_images_per_identity=1, resolution=16,
+                        seed=1, progress=False)
+    recipe = {"optimizer": "adam", "lr": 1e-3, "betas": [0.9, 0.999], "weight_decay": 0.0,
+              "batch_size": 8, "eval_batch_size": 16, "epochs": 1, "lr_milestones": [],
+              "lr_gamma": 0.1, "eval_every": 1, "checkpoint_every": 1, "pretrained": False,
+              "num_workers": 0}
+    spec = TrainSpec(model_id="t/resnet18/nodef/seed0", dataset_root=str(tmp_path / "ds" / "private"),
+                     resolution=16, n_classes=4, architecture="resnet18",
+                     defense={"type": "nodef"}, training=recipe,
+                     augmentation={"random_resized_crop": False, "horizontal_flip": False,
+                                   "color_jitter": False}, seed=0)
+    with one_thread():
+        train(spec, out_model=tmp_path / "m.pt", out_metrics=tmp_path / "m.json",
+              resume_path=tmp_path / "m.resume.pt", progress=False)
+    overlay = tmp_path / "overlay.yaml"
+    overlay.write_text(yaml.safe_dump({"autoattack": {
+        "n_examples": 3, "batch_size": 3, "version": "custom", "attacks": ["apgd-ce"],
+        "settings": {"apgd": {"n_iter": 2, "n_restarts": 1}}}}))
+    out = tmp_path / "bench" / "precision.json"
+    root = ROOT_DIR
+    with one_thread():
+        rc = precision_benchmark_main([
+            "--model", str(tmp_path / "m.pt"), "--dataset-root", str(tmp_path / "ds" / "private"),
+            "--config", str(root / "config" / "config.yaml"), str(root / "config" / "demo.yaml"),
+            str(overlay), "--epsilons", "1e-5", "--device", "cpu", "--out", str(out)])
+    assert rc == 0
+    result = json.loads(out.read_text())
+    assert result["model_id"] == "t/resnet18/nodef/seed0" and result["split"] == "val"
+    assert [r["precision"] for r in result["rows"]] == ["fp32", "tf32"]
+    assert all(r["n_examples"] == 3 for r in result["rows"])
+    printed = capsys.readouterr().out
+    assert "tf32-fp32" in printed and "not available on this device" in printed

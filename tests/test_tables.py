@@ -128,6 +128,28 @@ def test_robustness_table_means_over_seeds_and_rejects(tmp_path):
         tables.robustness_table(p, outs(tmp_path, "x"), eps=1e-05)
 
 
+def test_robustness_table_caption_states_the_attack_precision(tmp_path):
+    summ = simulated_summary(causal=False)
+    p = tmp_path / "s.csv"
+    col = "aa_precision_eps1e-05"
+    summ.assign(**{col: "fp32"}).to_csv(p, index=False)
+    tables.robustness_table(p, outs(tmp_path, "a"), eps=1e-05)
+    md = (tmp_path / "a.md").read_text()
+    assert "float32 with TF32 off (autoattack.precision fp32)" in md
+    summ.assign(**{col: "tf32"}).to_csv(p, index=False)
+    tables.robustness_table(p, outs(tmp_path, "b"), eps=1e-05)
+    assert "cuDNN convolutions in TF32" in (tmp_path / "b.md").read_text()
+    mixed = summ.assign(**{col: ["tf32"] * 3 + ["fp32"] * (len(summ) - 3)})
+    mixed.loc[0, col] = None  # a JSON written before the key existed
+    mixed.to_csv(p, index=False)
+    tables.robustness_table(p, outs(tmp_path, "c"), eps=1e-05)
+    assert (f"Attack precision (autoattack.precision): fp32 for {len(summ) - 3} model(s), "
+            "tf32 for 2 model(s), not recorded for 1 model(s).") in (tmp_path / "c.md").read_text()
+    summ.to_csv(p, index=False)  # no precision column at all
+    tables.robustness_table(p, outs(tmp_path, "d"), eps=1e-05)
+    assert f"not recorded for {len(summ)} model(s)" in (tmp_path / "d.md").read_text()
+
+
 def test_robustness_table_on_demo_summary(tmp_path):
     demo = ROOT / "results" / "summary.csv"
     if not demo.exists():

@@ -1,5 +1,5 @@
 """Projected gradient descent in the normalised [-1, 1] input space (spec §2.8), in float32
-with TF32 disabled (atat.precision)."""
+with TF32 disabled by default (``precision``, see :mod:`atat.precision`)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from atat.precision import no_tf32, tf32_disabled
+from atat.precision import DEFAULT_PRECISION, attack_precision, no_tf32, tf32_disabled
 
 __all__ = ["no_tf32", "pgd", "sample_targets", "tf32_disabled"]
 
@@ -35,6 +35,7 @@ def pgd(
     random_start: bool = True,
     clamp: tuple[float, float] = (-1.0, 1.0),
     generator: torch.Generator | None = None,
+    precision: str = DEFAULT_PRECISION,
 ) -> Tensor:
     """L-infinity PGD. ``labels`` are attack targets when ``targeted`` (the loss of the target
     class is decreased) and true labels otherwise (their loss is increased).
@@ -42,13 +43,14 @@ def pgd(
     The model is called in whatever mode it is in (the authors run it in train mode, so
     BatchNorm uses batch statistics). Gradients flow to the input only; parameter ``.grad``
     fields are left untouched. Returns a detached tensor within ``epsilon`` of ``x`` and
-    inside ``clamp``.
+    inside ``clamp``. ``precision``: backend flags of :func:`atat.precision.attack_precision`
+    ("fp32": TF32 off, the default; "tf32": PyTorch's defaults, cuDNN TF32 on).
     """
     if epsilon <= 0 or step_size <= 0 or iterations < 0:
         raise ValueError(f"PGD needs epsilon > 0, step_size > 0, iterations >= 0; got "
                          f"{epsilon}, {step_size}, {iterations}")
     lo, hi = clamp
-    with no_tf32():
+    with attack_precision(precision):
         x = x.detach().float()
         if random_start:
             noise = (torch.rand(x.shape, generator=generator, device="cpu", dtype=torch.float32)

@@ -11,7 +11,9 @@ This module wraps ``pyautoattack`` (the PyPI packaging of the official AutoAttac
 * :class:`NormalizedModel` folds the project's input normalisation ((x − 0.5)/0.5, inputs in
   [−1, 1]) into the model so that AutoAttack sees [0, 1] inputs, and reduces multi-output
   forwards to logits.
-* :func:`no_tf32` turns TF32 off (perturbations of 1e-5 vanish under TF32's 10-bit mantissa).
+* ``precision`` (config ``autoattack.precision``, :mod:`atat.precision`): "fp32" (default)
+  turns TF32 off (perturbations of 1e-5 vanish under TF32's 10-bit mantissa); "tf32" keeps
+  PyTorch's defaults (cuDNN TF32 on), as the authors' code ran. Recorded in every result.
 * :func:`run_autoattack` runs the attacks and returns the result record *and* the adversarial
   examples; :func:`evaluate_autoattack` returns only the JSON-serialisable record.
 
@@ -71,7 +73,8 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from atat.precision import no_tf32
+from atat.precision import (DEFAULT_PRECISION, attack_precision, check_precision, no_tf32,
+                            tf32_active)
 
 log = logging.getLogger(__name__)
 
@@ -311,6 +314,7 @@ def run_autoattack(model: nn.Module, x01: Tensor, y: Tensor, *, epsilon: float,
                    seed: int = 0, device: str | torch.device = "cpu", normalize: bool = True,
                    logits_fn: Callable[[Any], Tensor] | None = None,
                    recheck: bool | None = None, library_checks: str = "once",
+                   precision: str = DEFAULT_PRECISION,
                    ) -> tuple[dict[str, Any], dict[str, Tensor]]:
     """Run each attack individually from the clean inputs; see :func:`evaluate_autoattack`.
 
@@ -320,6 +324,7 @@ def run_autoattack(model: nn.Module, x01: Tensor, y: Tensor, *, epsilon: float,
     from pyautoattack import AutoAttack, checks  # local: heavy import, optional for callers
 
     attacks = tuple(attacks)
+    precision = check_precision(precision, "precision")
     _validate_inputs(x01, y, epsilon, attacks, version, batch_size)
     if library_checks not in ("once", "every_attack"):
         raise ValueError(f"library_checks must be 'once' or 'every_attack', "
@@ -357,7 +362,7 @@ def run_autoattack(model: nn.Module, x01: Tensor, y: Tensor, *, epsilon: float,
     t_start = time.perf_counter()
 
     with contextlib.ExitStack() as stack:
-        stack.enter_context(no_tf32())
+        stack.enter_context(attack_precision(precision))
         stack.enter_context(_frozen_eval(net))
         stack.enter_context(torch.random.fork_rng(
             devices=[device] if device.type == "cuda" else []))
@@ -498,6 +503,8 @@ def run_autoattack(model: nn.Module, x01: Tensor, y: Tensor, *, epsilon: float,
             "seed": seed,
             "batch_size": batch_size,
             "device": str(device),
+            "precision": precision,
+            "tf32_active": tf32_active(precision, device),
             "n_examples": n,
             "n_classes": n_classes,
             "clean_accuracy": float(clean_correct.float().mean()),
@@ -526,7 +533,8 @@ def evaluate_autoattack(model: nn.Module, x01: Tensor, y: Tensor, *, epsilon: fl
                         normalize: bool = True,
                         logits_fn: Callable[[Any], Tensor] | None = None,
                         recheck: bool | None = None,
-                        library_checks: str = "once") -> dict[str, Any]:
+                        library_checks: str = "once",
+                        precision: str = DEFAULT_PRECISION) -> dict[str, Any]:
     """AutoAttack (L∞) robust accuracy of ``model`` on ``x01`` (in [0, 1]) with labels ``y``.
 
     ``model`` takes inputs in [−1, 1]; it is wrapped in :class:`NormalizedModel` (unless it
@@ -548,11 +556,15 @@ def evaluate_autoattack(model: nn.Module, x01: Tensor, y: Tensor, *, epsilon: fl
     call instead of before every attack (they cost 7 forward passes each time and never change
     the attack); "every_attack" keeps the library's behaviour.
 
-    Runs in float32 with TF32 off, model in eval mode without parameter gradients, and is
+    ``precision``: "fp32" (default) runs in float32 with TF32 off; "tf32" with PyTorch's
+    default backend flags (cuDNN TF32 on, as the authors' code ran; no effect on CPU).
+    Runs with the model in eval mode without parameter gradients, and is
     deterministic for a fixed ``seed`` (deterministic model and kernels). Returns a
     JSON-serialisable record (see :func:`run_autoattack` for the adversarial examples).
 
-    Record: ``epsilon``, ``norm``, ``version``, ``attacks``, ``settings`` (per attack, read back
+    Record: ``epsilon``, ``norm``, ``version``, ``precision``, ``tf32_active`` (whether TF32
+    was possible: precision tf32 on a CUDA device of compute capability ≥ 8), ``attacks``,
+    ``settings`` (per attack, read back
     from the attack objects after the run: n_iter, n_restarts, n_target_classes, n_queries,
     p_init, rho, eps, seed, ...), ``settings_requested``, ``settings_notes`` (clamping),
     ``library`` (name, version), ``n_examples``, ``n_classes``, ``clean_accuracy``,
@@ -564,7 +576,8 @@ def evaluate_autoattack(model: nn.Module, x01: Tensor, y: Tensor, *, epsilon: fl
     record, _ = run_autoattack(model, x01, y, epsilon=epsilon, attacks=attacks, version=version,
                                settings=settings, batch_size=batch_size, seed=seed,
                                device=device, normalize=normalize, logits_fn=logits_fn,
-                               recheck=recheck, library_checks=library_checks)
+                               recheck=recheck, library_checks=library_checks,
+                               precision=precision)
     return record
 
 

@@ -39,6 +39,7 @@ def summary_row(model: Mapping[str, Any]) -> dict[str, Any]:
             row[robust_column(eps, attack)] = vals["robust_accuracy"]
         row[f"aa_clean_acc_eps{eps_tag(eps)}"] = res["clean_accuracy"]
         row[f"aa_n_examples_eps{eps_tag(eps)}"] = res["n_examples"]
+        row[f"aa_precision_eps{eps_tag(eps)}"] = res.get("precision")  # fp32/tf32 (None: older)
     for attack, path in model.get("inversion", {}).items():
         res = io.read_json(path)
         for metric in INVERSION_METRICS:

@@ -212,9 +212,37 @@ def robustness_table(summary_csv: str | Path, outputs: Sequence[str | Path], *,
     caption = (f"Table {number}: AutoAttack robust accuracies with eps={eps:g} "
                f"(L-inf, [0,1] pixels). Attack is on {examples}. 'Robust acc.' is the worst "
                f"case over the attacks run ({', '.join(attacks) or 'none recorded'}); the "
-               "per-attack columns give each attack's own robust accuracy.")
+               "per-attack columns give each attack's own robust accuracy. "
+               + precision_caption(df, eps))
     write_table(table, outputs, caption)
     return table
+
+
+#: Caption sentence per autoattack.precision value (atat.precision).
+PRECISION_CAPTIONS = {
+    "fp32": "Attacks ran in float32 with TF32 off (autoattack.precision fp32).",
+    "tf32": ("Attacks ran with PyTorch's default precision, cuDNN convolutions in TF32 "
+             "(autoattack.precision tf32, as the authors' code ran): on GPUs with TF32 a "
+             "perturbation below TF32's input rounding (~5e-4 near 0.5) is partly lost, so "
+             "robust accuracies at eps <= 0.0005 are overstated."),
+}
+
+
+def precision_caption(df: pd.DataFrame, eps: float) -> str:
+    """The caption sentence saying under which ``autoattack.precision`` the rows at ``eps``
+    were attacked (column ``aa_precision_eps<eps>`` of the summary; rows without it predate
+    the key)."""
+    col = f"aa_precision_eps{format(float(eps), 'g')}"
+    values = df[col] if col in df.columns else pd.Series([None] * len(df), dtype=object)
+    known = sorted({str(v) for v in values.dropna()})
+    n_missing = int(values.isna().sum())
+    if len(known) == 1 and not n_missing:
+        return PRECISION_CAPTIONS.get(known[0], f"Attack precision: {known[0]}.")
+    counts = {v: int((values == v).sum()) for v in known}
+    parts = [f"{v} for {n} model(s)" for v, n in counts.items()]
+    if n_missing:
+        parts.append(f"not recorded for {n_missing} model(s)")
+    return "Attack precision (autoattack.precision): " + ", ".join(parts) + "."
 
 
 # --------------------------------------------------------------------------- Tables 5, 15-20

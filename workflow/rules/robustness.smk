@@ -1,4 +1,6 @@
-# Stage 3: AutoAttack robust accuracy, one job per (model, epsilon).
+# Stage 3: AutoAttack robust accuracy, one job per (model, epsilon). autoattack.precision
+# (fp32: TF32 off; tf32: PyTorch's defaults as the authors' code ran) is recorded in each JSON;
+# workflow/scripts/bench_gpu_precision.py measures one model under both on a GPU.
 
 
 rule autoattack:
