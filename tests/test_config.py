@@ -340,6 +340,11 @@ MAGNITUDE_CASES = [
     ("weight decay 5", ("training", "weight_decay"), 5.0, ["training.weight_decay"]),
     ("early-stop accuracy above 1", ("defenses", "nodef_es", "training", "stop_at_val_acc"),
      1.5, ["defenses.nodef_es.training.stop_at_val_acc"]),
+    ("crop scale range reversed", ("augmentation", "rrc_scale"), [0.9, 0.5],
+     ["augmentation.rrc_scale", "low <= high"]),
+    ("crop scale of 0", ("augmentation", "rrc_scale"), [0.0, 1.0], ["augmentation.rrc_scale"]),
+    ("evaluation crop range reversed", ("evaluation_model", "augmentation", "rrc_scale"),
+     [1.0, 0.85], ["evaluation_model.augmentation.rrc_scale"]),
 ]
 
 

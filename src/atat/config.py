@@ -141,6 +141,18 @@ def _check_semantics(config: Mapping[str, Any]) -> None:
                           f"be < training.epochs = {training['epochs']}")
     _check_names(config)
     _check_early_stopping(config)
+    _check_ranges(config)
+
+
+def _check_ranges(config: Mapping[str, Any]) -> None:
+    """Ordered (lo, hi) pairs the schema can only bound element-wise."""
+    pairs = [("augmentation.rrc_scale", config["augmentation"].get("rrc_scale"))]
+    ev_aug = (config.get("evaluation_model") or {}).get("augmentation") or {}
+    pairs.append(("evaluation_model.augmentation.rrc_scale", ev_aug.get("rrc_scale")))
+    for key, pair in pairs:
+        if pair is not None and not 0 < pair[0] <= pair[1]:
+            raise ConfigError(f"invalid configuration: {key}: {pair} must satisfy "
+                              "0 < low <= high (a RandomResizedCrop scale range)")
 
 
 def _check_names(config: Mapping[str, Any]) -> None:
