@@ -78,3 +78,97 @@ def test_quick_run_writes_table(tmp_path, capsys):
 def test_unknown_component_is_refused(tmp_path):
     with pytest.raises(SystemExit):
         bench.main(["--only", "training", "--out", str(tmp_path / "x.csv")])
+
+
+class _SlowBackward(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, seconds):
+        ctx.seconds = seconds
+        return x * 2
+
+    @staticmethod
+    def backward(ctx, grad):
+        import time
+
+        time.sleep(ctx.seconds)
+        return grad * 2, None
+
+
+class _Slow(torch.nn.Module):
+    def __init__(self, fwd, bwd):
+        super().__init__()
+        self.fwd, self.bwd = fwd, bwd
+
+    def forward(self, x):
+        import time
+
+        time.sleep(self.fwd)
+        return _SlowBackward.apply(x, self.bwd)
+
+
+def test_time_split_counts_forward_and_backward():
+    """A network's backward counts as that network (not as whoever called backward), a
+    phase takes everything inside it, and the parts add up to the clock's run time."""
+    import time
+
+    a, b = _Slow(0.02, 0.04), _Slow(0.05, 0.10)
+    split = bench.TimeSplit()
+    bench.time_module(a, split, "a")
+    bench.time_module(b, split, "b")
+    t0 = time.perf_counter()
+    split.t = t0
+    x = torch.ones(3, requires_grad=True)
+    b(a(x)).sum().backward()
+    split.push("final_selection")
+    with torch.no_grad():
+        b(a(x))
+    split.pop()
+    parts = split.stop()
+    wall = time.perf_counter() - t0
+    assert parts["a"] == pytest.approx(0.06, abs=0.03)
+    assert parts["b"] == pytest.approx(0.15, abs=0.03)
+    assert parts["final_selection"] == pytest.approx(0.07, abs=0.03)
+    assert sum(parts.values()) == pytest.approx(wall, abs=1e-3)
+    torch.testing.assert_close(x.grad, torch.full((3,), 4.0))  # the markers are identities
+
+
+def test_timing_leaves_the_attack_unchanged(cfg, tmp_path):
+    """The hooks, markers and patched names only observe: PPA with and without them gives the
+    same latents, and the patched module attributes are restored afterwards."""
+    from atat.config import inversion_params
+    from atat.inversion import core, ppa
+    from atat.inversion.metrics import Evaluator
+
+    nets = bench.inversion_networks(cfg)
+    root = bench.bench_dataset(tmp_path, cfg)
+    params = bench.quick_inversion_params(
+        inversion_params(cfg, "synthfaces", "resnet18", "nodef", "ppa"))
+    params["targets"] = [0]
+    timed = bench.run_split_attack("ppa", params, nets, root)
+    assert ppa.final_selection is core.final_selection and ppa.optimize_w is core.optimize_w
+    assert not nets["target"]._forward_hooks and not nets["G"].mapping._forward_pre_hooks
+    scorer = Evaluator(nets["evaluation"], nets["face"], real=root, classes=[0])
+    plain = ppa.run_ppa(nets["G"], nets["target"], params, scorer, progress=False)
+    torch.testing.assert_close(timed["result"]["final_w"], plain["final_w"])
+    assert timed["result"]["frame"].equals(plain["frame"])
+
+
+def test_quick_inversion_split(tmp_path):
+    """Every attack has a total row and one row per part; the shares add up to at most 100%
+    (and nearly all of it: the clock covers the job); the networks are seen."""
+    out = tmp_path / "bench.csv"
+    assert bench.main(["--quick", "--only", "inversion", "--out", str(out),
+                       "--cache", str(tmp_path / "cache")]) == 0
+    rows = list(csv.DictReader(out.open()))
+    cfg = bench.demo_config()
+    for attack in cfg["inversion"]["attacks"]:
+        total = [r for r in rows if r["variant"] == attack]
+        assert len(total) == 1 and float(total[0]["project_s"]) > 0
+        parts = {r["variant"].split("/", 1)[1]: float(r["ratio"]) for r in rows
+                 if r["variant"].startswith(attack + "/")}
+        assert {"generator", "target", "augmentation", "scorer", "final_selection",
+                "other"} <= set(parts)
+        assert all(v >= 0 for v in parts.values())
+        assert 0.9 < sum(parts.values()) <= 1 + 1e-6
+        assert parts["generator"] > 0 and parts["target"] > 0 and parts["scorer"] > 0
+        assert (parts["final_selection"] > 0) == (attack != "ifgmi")  # IF-GMI has none

@@ -16,6 +16,14 @@ directly — and prints the ratio with the goal of issue 16 beside it:
   fraction of the job spent outside optimiser steps.
 * ``autoattack/<attack>``: :func:`atat.robustness.evaluate_autoattack` vs ``pyautoattack``'s
   ``AutoAttack.run_standard_evaluation`` called directly with the same settings (goal ≥ 0.95).
+* ``inversion/<attack>``: one PPA / IF-GMI / PPDG job at the demo's settings (random networks
+  of the demo's shapes, so no trained artefact is needed; a few of the classes), seconds per
+  final image; ``inversion/<attack>/<part>``: the share of that time spent in the generator,
+  the target model, the attack's augmentations, the scorer (evaluation model + face
+  embedding, real-image embedding included), the final selection (everything inside it),
+  PPDG's perceptual network and discriminator, and the rest (forward and backward of each
+  network, timed through hooks and autograd markers; the attack code is not changed).
+  No reference path exists: the split says where a speed-up can come from.
 * ``dry_run/<config>``: ``snakemake -n all`` wall time (goal ≤ 3 s for the paper DAG).
 
 Timings on a shared machine are noisy: the project and the reference alternate within each
@@ -43,7 +51,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 ROOT = Path(__file__).resolve().parents[2]
-COMPONENTS = ("train_step", "train_job", "autoattack", "dry_run")
+COMPONENTS = ("train_step", "train_job", "autoattack", "inversion", "dry_run")
 
 
 @dataclasses.dataclass
@@ -342,6 +350,329 @@ def bench_autoattack(cfg: Mapping[str, Any], *, n_examples: int | None = None,
     return rows
 
 
+# --------------------------------------------------------------------------- inversion split
+#: What the time of an inversion job is split into. ``final_selection`` and ``scorer`` are
+#: phases: everything inside them (generator, target model, transforms) counts there. The
+#: networks count forward *and* backward; ``other`` is the rest (optimiser steps, losses,
+#: L1 projections, bookkeeping).
+INVERSION_PARTS = ("generator", "target", "augmentation", "scorer", "final_selection",
+                   "perceptual", "discriminator", "other")
+_PHASES = ("final_selection", "scorer")
+
+
+class TimeSplit:
+    """Wall time attributed to what is running, forward and backward.
+
+    A stack of scopes: :meth:`push`/:meth:`pop` around a network's forward (or a phase), and
+    during ``backward()`` the markers :func:`_mark` puts on a network's outputs (its
+    backward starts) and inputs (its backward ends) switch the category. Inside a phase of
+    ``_PHASES`` every push keeps the phase. Time between two switches goes to the category
+    in force; nothing is counted twice, so the parts add up to the clock's run time."""
+
+    def __init__(self) -> None:
+        self.totals: dict[str, float] = {}
+        self.stack: list[str] = ["other"]
+        self.backward_cat: str | None = None
+        self.t = time.perf_counter()
+
+    def _current(self) -> str:
+        top = self.stack[-1]
+        return top if top in _PHASES or self.backward_cat is None else self.backward_cat
+
+    def _tick(self) -> None:
+        now = time.perf_counter()
+        cat = self._current()
+        self.totals[cat] = self.totals.get(cat, 0.0) + now - self.t
+        self.t = now
+
+    def push(self, cat: str) -> None:
+        self._tick()
+        self.backward_cat = None
+        top = self.stack[-1]
+        self.stack.append(top if top in _PHASES else cat)
+
+    def pop(self) -> None:
+        self._tick()
+        self.backward_cat = None
+        self.stack.pop()
+
+    def switch_backward(self, cat: str | None) -> None:
+        self._tick()
+        self.backward_cat = cat
+
+    def stop(self) -> dict[str, float]:
+        self._tick()
+        return dict(self.totals)
+
+
+class _Marker(torch.autograd.Function):
+    """Identity whose backward tells a :class:`TimeSplit` what the engine computes next."""
+
+    @staticmethod
+    def forward(ctx: Any, x: Tensor, split: TimeSplit, cat: str | None) -> Tensor:
+        ctx.split, ctx.cat = split, cat
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor, None, None]:
+        ctx.split.switch_backward(ctx.cat)
+        return grad, None, None
+
+
+def _mark(obj: Any, split: TimeSplit, cat: str | None) -> Any:
+    """``obj`` (a tensor, or a tuple/list of them) with markers on the tensors that carry a
+    gradient; anything else unchanged."""
+    if isinstance(obj, Tensor):
+        if torch.is_grad_enabled() and obj.requires_grad:
+            return _Marker.apply(obj, split, cat)
+        return obj
+    if isinstance(obj, (tuple, list)):
+        return type(obj)(_mark(o, split, cat) for o in obj)
+    return obj
+
+
+def time_module(module: nn.Module, split: TimeSplit, cat: str) -> list[Any]:
+    """Count ``module``'s forward and backward as ``cat`` (hooks survive ``deepcopy``, so the
+    attacks' private copies are counted too). Returns the hook handles."""
+
+    def pre(_m: nn.Module, args: tuple) -> tuple:
+        args = _mark(args, split, None)   # backward reaching the inputs: the network is done
+        split.push(cat)
+        return args
+
+    def post(_m: nn.Module, _args: tuple, out: Any) -> Any:
+        split.pop()
+        return _mark(out, split, cat)     # backward reaching the outputs: the network starts
+
+    return [module.register_forward_pre_hook(pre), module.register_forward_hook(post)]
+
+
+def time_callable(fn: Callable[..., Any], split: TimeSplit, cat: str) -> Callable[..., Any]:
+    """``fn`` counted as ``cat`` like :func:`time_module` (forward and backward)."""
+
+    def wrapped(*args: Any, **kwargs: Any) -> Any:
+        args = _mark(args, split, None)
+        split.push(cat)
+        try:
+            out = fn(*args, **kwargs)
+        finally:
+            split.pop()
+        return _mark(out, split, cat)
+
+    return wrapped
+
+
+class _patched:
+    """Set ``module.<name>`` to ``value`` for the duration of a ``with`` block."""
+
+    def __init__(self, module: Any, name: str, value: Any):
+        self.module, self.name, self.value = module, name, value
+
+    def __enter__(self) -> None:
+        self.old = getattr(self.module, self.name)
+        setattr(self.module, self.name, self.value)
+
+    def __exit__(self, *exc: Any) -> None:
+        setattr(self.module, self.name, self.old)
+
+
+def inversion_networks(cfg: Mapping[str, Any], seed: int = 0) -> dict[str, nn.Module]:
+    """Randomly initialised networks of the demo's shapes: the prior (G and D of
+    ``generators.<name>.train``, built by :func:`atat.inversion.stylegan2.train_small_generator`
+    with 0 steps), the target ResNet-18 through the NoDef inference path, the evaluation model
+    and the face-embedding network (also PPDG's perceptual network)."""
+    import inspect
+
+    from atat.defenses import ModelContext, build_defense
+    from atat.inversion.evaluation import FaceEmbedding, build_evaluation_model
+    from atat.inversion.run import TargetLogits
+    from atat.inversion.stylegan2 import train_small_generator
+    from atat.models import build_model
+
+    ds = cfg["datasets"]["synthfaces"]
+    res, n_classes = int(ds["resolution"]), int(ds["n_classes"])
+    gen_cfg = cfg["generators"][ds["generator"]]["train"]
+    accepted = set(inspect.signature(train_small_generator).parameters) - {"steps", "resolution"}
+    settings = {k: v for k, v in gen_cfg.items() if k in accepted}
+    bs = int(settings.get("batch_size", 16))
+    torch.manual_seed(seed)
+    prior = train_small_generator(None, resolution=res, steps=0,
+                                  images=torch.zeros(bs, 3, res, res), **settings)
+    variant = defense_variant(cfg, "nodef")
+    defense = build_defense(variant, n_classes, context=ModelContext("resnet18", res))
+    target = TargetLogits(defense.build_model(build_model("resnet18", n_classes)), defense).eval()
+    ev = cfg["evaluation_model"]
+    evaluation = build_evaluation_model(n_classes, aux_logits=bool(ev.get("aux_logits", True)),
+                                        resolution=int(ev["resolution"])).eval()
+    fe = cfg["face_embedding"]
+    n_public = int(ds["synthetic"]["n_public_identities"])
+    face = FaceEmbedding(build_model(fe.get("architecture", "resnet18"), n_public),
+                         int(fe["resolution"])).eval()
+    perceptual = FaceEmbedding(build_model(fe.get("architecture", "resnet18"), n_public),
+                               int(fe["resolution"])).eval()
+    return {"G": prior["G_ema"].eval(), "D": prior["D"].eval(), "target": target,
+            "evaluation": evaluation, "face": face, "perceptual": perceptual}
+
+
+def quick_inversion_params(params: Mapping[str, Any]) -> dict[str, Any]:
+    """The attack's params cut to a few steps and latents (``--quick``: does it run)."""
+    p = copy.deepcopy(dict(params))
+    p["candidates"] = dict(p["candidates"], num_candidates=2, search_space_size=8, batch_size=8)
+    if isinstance(p["steps"], list):
+        p["steps"] = [2] * len(p["steps"])
+    else:
+        p["steps"] = 2
+    p["lr_milestones"] = []
+    if "final_selection" in p:
+        p["final_selection"] = dict(p["final_selection"], samples_per_target=1, iterations=2)
+    for key in ("inv_steps", "tune_steps"):
+        if key in p:
+            p[key] = 2
+    if "num_inv_points" in p:
+        p["num_inv_points"] = 1
+    return p
+
+
+def run_split_attack(attack: str, params: Mapping[str, Any], nets: Mapping[str, nn.Module],
+                     real_root: Path) -> dict[str, Any]:
+    """One attack job as :func:`atat.inversion.run.run_inversion` runs it (scorer built on the
+    private training images of the attacked classes, then the attack), timed by part.
+    Returns ``wall`` (seconds), ``parts`` (seconds per part of :data:`INVERSION_PARTS`),
+    ``n_images`` (final images), ``phases`` (seconds per phase, overlapping the parts) and
+    the attack's ``result``."""
+    from atat.inversion import core, ifgmi, ppa, ppdg
+    from atat.inversion.metrics import Evaluator
+    from atat.inversion.perceptual import build_perceptual
+
+    split = TimeSplit()
+    handles: list[Any] = []
+    for key, cat in (("target", "target"), ("evaluation", "scorer"), ("face", "scorer"),
+                     ("perceptual", "perceptual"), ("D", "discriminator")):
+        handles += time_module(nets[key], split, cat)
+    G = nets["G"]
+    handles += time_module(G.mapping, split, "generator")
+    for block in G.synthesis.blocks():
+        handles += time_module(block, split, "generator")
+    phases: dict[str, float] = {}
+
+    def phase(fn: Callable[..., Any], name: str, cat: str | None = None) -> Callable[..., Any]:
+        inner = time_callable(fn, split, cat) if cat else fn
+
+        def wrapped(*a: Any, **k: Any) -> Any:
+            t0 = time.perf_counter()
+            try:
+                return inner(*a, **k)
+            finally:
+                phases[name] = phases.get(name, 0.0) + time.perf_counter() - t0
+        return wrapped
+
+    def transform(fn: Callable[..., Any]) -> Callable[..., Any]:
+        return lambda *a, **k: time_callable(fn(*a, **k), split, "augmentation")
+
+    patches = []
+    for mod in (ppa, ifgmi, ppdg):
+        patches.append(_patched(mod, "attack_transform", transform(core.attack_transform)))
+        patches.append(_patched(mod, "candidate_search",
+                                phase(core.candidate_search, "candidate_search")))
+    for mod in (ppa, ppdg):
+        patches.append(_patched(mod, "final_selection",
+                                phase(core.final_selection, "final_selection", "final_selection")))
+    patches += [_patched(ppa, "optimize_w", phase(core.optimize_w, "optimisation")),
+                _patched(ppdg, "optimize_w", phase(core.optimize_w, "optimisation")),
+                _patched(ifgmi, "optimize_stage", phase(ifgmi.optimize_stage, "optimisation")),
+                _patched(ppdg, "project_pointwise", phase(ppdg.project_pointwise, "projection")),
+                _patched(ppdg, "project_joint", phase(ppdg.project_joint, "projection")),
+                _patched(ppdg, "tune_generator", phase(ppdg.tune_generator, "tuning"))]
+    classes = [int(c) for c in params["targets"]]
+    t0 = time.perf_counter()
+    split.t = t0
+    try:
+        for p in patches:
+            p.__enter__()
+        split.push("scorer")
+        evaluator = phase(Evaluator, "real_embedding")(
+            nets["evaluation"], nets["face"], real=real_root,
+            center_crop=params.get("center_crop"), classes=classes)
+        split.pop()
+        scorer = phase(evaluator, "scoring", "scorer")
+        if attack == "ppa":
+            result = ppa.run_ppa(G, nets["target"], params, scorer, progress=False)
+        elif attack == "ifgmi":
+            result = ifgmi.run_ifgmi(G, nets["target"], params, scorer, progress=False,
+                                     log=lambda _m: None)
+        elif attack == "ppdg":
+            net = build_perceptual(params["perceptual"], module=nets["perceptual"])
+            result = ppdg.run_ppdg(G, nets["D"], nets["target"], params, scorer, net,
+                                   progress=False, log=lambda _m: None)
+        else:
+            raise ValueError(f"unknown inversion attack '{attack}' (known: ppa, ifgmi, ppdg)")
+        split.push("scorer")
+        evaluator.summarize(result["frame"])
+        split.pop()
+    finally:
+        for p in reversed(patches):
+            p.__exit__()
+        for h in handles:
+            h.remove()
+    wall = time.perf_counter() - t0
+    return {"wall": wall, "parts": split.stop(), "n_images": len(result["frame"]),
+            "phases": phases, "result": result}
+
+
+def bench_inversion(cfg: Mapping[str, Any], cache: Path, *, attacks: Sequence[str] | None = None,
+                    n_classes: int | None = 2, repeats: int = 2, quick: bool = False
+                    ) -> list[Row]:
+    """PPA, IF-GMI and PPDG at the demo's settings on random networks of the demo's shapes,
+    per final (scored) image: the total, then each part of :data:`INVERSION_PARTS` as its
+    share of the total (``n_classes`` of the dataset's classes are attacked; None = all)."""
+    from atat.config import inversion_params
+
+    ds = cfg["datasets"]["synthfaces"]
+    n_all = int(ds["n_classes"])
+    k = n_all if n_classes is None else min(int(n_classes), n_all)
+    real_root = bench_dataset(cache, cfg)
+    nets = inversion_networks(cfg)
+    rows = []
+    for attack in attacks or cfg["inversion"]["attacks"]:
+        params = inversion_params(cfg, "synthfaces", "resnet18", "nodef", attack)
+        if quick:
+            params = quick_inversion_params(params)
+        params["targets"] = list(range(k))
+        runs = [run_split_attack(attack, params, nets, real_root) for _ in range(repeats)]
+        n_img = runs[0]["n_images"]
+        totals = [r["wall"] for r in runs]
+        med = statistics.median(totals)
+        unit = (f"final image ({n_img} from {k} of {n_all} classes; demo settings"
+                f"{', QUICK' if quick else ''}; random nets)")
+        shares = {part: [r["parts"].get(part, 0.0) / r["wall"] for r in runs]
+                  for part in INVERSION_PARTS}
+        phase_names = sorted({name for r in runs for name in r["phases"]})
+        phase_txt = ", ".join(
+            f"{name} "
+            f"{100 * statistics.median([r['phases'].get(name, 0.0) / r['wall'] for r in runs]):.0f}%"
+            for name in phase_names)
+        split_txt = ", ".join(f"{part} {100 * statistics.median(s):.0f}%"
+                              for part, s in shares.items() if max(s) > 0)
+        rows.append(Row("inversion", attack, med / n_img, float("nan"), med / n_img,
+                        _spread(totals), "", "s per final image (absolute)", unit, repeats,
+                        note=f"{med / k:.1f} s per class; {split_txt}; phases: {phase_txt}"))
+        for part, s in shares.items():
+            if part in ("perceptual", "discriminator") and max(s) == 0:
+                continue
+            sec = [r["parts"].get(part, 0.0) / r["n_images"] for r in runs]
+            rows.append(Row("inversion", f"{attack}/{part}", statistics.median(sec),
+                            med / n_img, statistics.median(s), _spread(s), "",
+                            "share of the attack's time", unit, repeats))
+    return rows
+
+
+def _spread(values: Sequence[float]) -> float:
+    lo, hi = min(values), max(values)
+    if lo <= 0:
+        return 0.0 if hi <= 0 else float("inf")
+    return hi / lo - 1
+
+
 def _snakemake_dry_run(args: Sequence[str]) -> None:
     subprocess.run([sys.executable, "-m", "snakemake", "-n", "--quiet", "all", *args], cwd=ROOT,
                    check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -397,6 +728,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true",
                     help="tiny sizes (batch 8, 8 AutoAttack examples, 1 epoch): checks that the "
                          "benchmark runs, numbers not meaningful")
+    ap.add_argument("--inversion-classes", type=int, default=2,
+                    help="classes attacked per inversion job (the demo attacks all 20; the "
+                         "per-image cost is close to linear in the classes)")
     ap.add_argument("--out", default=str(ROOT / "results" / "bench" / "bench.csv"))
     ap.add_argument("--cache", default=str(ROOT / "results" / "bench" / "cache"))
     args = ap.parse_args(argv)
@@ -420,6 +754,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if "autoattack" in only:
         rows += bench_autoattack(cfg, n_examples=8 if args.quick else None,
                                  repeats=max(1, args.repeats // 2 + 1) if not args.quick else 1)
+    if "inversion" in only:
+        rows += bench_inversion(cfg, cache, n_classes=1 if args.quick else args.inversion_classes,
+                                repeats=1 if args.quick else max(1, args.repeats // 2),
+                                quick=args.quick)
     if "dry_run" in only:
         rows += bench_dry_run(repeats=1 if args.quick else 3)
     meta = {"date": time.strftime("%Y-%m-%d"), "threads": args.threads, "quick": args.quick,
