@@ -121,24 +121,34 @@ class FakeSnakemake:
         self.rule = "fake_rule"
 
 
-def test_each_attempt_appends_under_its_own_header(tmp_path, monkeypatch):
+def test_every_attempt_is_kept_under_its_own_header(tmp_path, monkeypatch):
     common = load_common(monkeypatch)
     log_file = tmp_path / "logs" / "x.log"
+    history = tmp_path / "logs" / "x.attempts.log"
+    assert common.attempts_log(log_file) == history
     for attempt in (1, 2, 3):
+        log_file.unlink(missing_ok=True)  # what Snakemake does before it (re)starts a job
         common.setup(FakeSnakemake(log_file))
         logging.getLogger("atat.test").error("failure of attempt %d", attempt)
+        print("a traceback line", file=sys.stderr)
         sys.stderr.close()
         logging.basicConfig(force=True)
-    lines = log_file.read_text().splitlines()
+    current = log_file.read_text()  # the declared log: this attempt (what Snakemake shows)
+    assert current.startswith("===== attempt 3 of this job started ")
+    assert "failure of attempt 3" in current and "failure of attempt 2" not in current
+    lines = history.read_text().splitlines()  # the attempts log: every attempt, in order
     headers = [line for line in lines if line.startswith("===== attempt ")]
     assert [h.split()[2] for h in headers] == ["1", "2", "3"]
     import socket
 
     assert all(socket.gethostname() in h and "started 20" in h for h in headers)
-    for attempt in (1, 2, 3):  # every attempt's output survives, in order, after its header
+    for attempt in (1, 2, 3):
         at = lines.index(headers[attempt - 1])
         nxt = lines.index(headers[attempt]) if attempt < 3 else len(lines)
-        assert any(f"failure of attempt {attempt}" in line for line in lines[at:nxt])
+        part = lines[at:nxt]
+        assert any(f"failure of attempt {attempt}" in line for line in part)
+        assert "a traceback line" in part
+    assert "\r" not in history.read_text()
 
 
 def test_setup_removes_stale_temporaries_of_the_outputs(tmp_path, monkeypatch):

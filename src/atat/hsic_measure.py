@@ -82,11 +82,10 @@ def measure_hsic_loader(model: nn.Module, loader: Any, n_classes: int, device: t
     raw_yz: list[list[float]] = []
     correct = total = 0
     layers: list[str] | None = None
-    it = loader
-    if progress:
-        from tqdm import tqdm
-        it = tqdm(loader, desc="HSIC", leave=False, dynamic_ncols=True)
-    for b, (x, y) in enumerate(it):
+    from atat.progress import track  # one log line per batch, with ETA
+
+    total = len(loader) if n_batches is None else min(len(loader), n_batches)
+    for b, (x, y) in enumerate(track(loader, "HSIC batches", total=total, log=log, enabled=progress)):
         if n_batches is not None and b >= n_batches:
             break
         x, y = x.to(device), y.to(device)

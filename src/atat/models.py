@@ -13,6 +13,8 @@ from torch import Tensor, nn
 from torchvision.models import (DenseNet169_Weights, ResNet18_Weights, ResNet152_Weights,
                                 WeightsEnum)
 
+from atat.io import DOWNLOAD_ADVICE, torch_load
+
 ARCHITECTURES: dict[str, tuple[type[nn.Module] | object, type[WeightsEnum]]] = {
     "resnet18": (torchvision.models.resnet18, ResNet18_Weights),
     "resnet152": (torchvision.models.resnet152, ResNet152_Weights),
@@ -85,7 +87,7 @@ def build_model(architecture: str, n_classes: int, weights_path: str | Path | No
         path = Path(weights_path)
         if not path.is_file():
             raise FileNotFoundError(f"pretrained weights for {architecture} not found: {path}")
-        state = torch.load(path, map_location="cpu", weights_only=True)
+        state = torch_load(path, advice=DOWNLOAD_ADVICE)
         net.load_state_dict(state)
     if architecture.startswith("resnet"):
         in_features = net.fc.in_features

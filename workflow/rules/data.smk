@@ -1,6 +1,12 @@
 # Stage 1: datasets in the one on-disk format (manifest.csv + meta.json + images), under
 # <resources_dir>/datasets/<name>/{private,public}.
 
+# Offline, a download or preparation job can only fail the same way again (a file missing
+# or wrong): it fails once, at once, with its message. Online a download is retried 3 times;
+# prepare_dataset then keeps the profile's / command line's --retries (None).
+OFFLINE = bool(config.get("offline", False))
+DOWNLOAD_RETRIES = 0 if OFFLINE else 3
+
 
 rule synthfaces:
     output:
@@ -38,7 +44,7 @@ rule torchvision_weights:
     benchmark:
         "benchmarks/data/torchvision_weights_{filename}.tsv"
     localrule: True
-    retries: 3
+    retries: DOWNLOAD_RETRIES
     threads: 1
     resources:
         mem_mb=3000,  # each job imports torch (~1 GB per Snakemake process)
@@ -118,7 +124,7 @@ rule stylegan_weights:
     benchmark:
         "benchmarks/data/stylegan_weights_{generator}.tsv"
     localrule: True
-    retries: 3
+    retries: DOWNLOAD_RETRIES
     threads: 1
     resources:
         mem_mb=4000,  # torch + the ~380 MB pickle read and its generator built once
@@ -144,7 +150,7 @@ rule facenet_weights:
     benchmark:
         "benchmarks/data/facenet_weights_{facenet_file}.tsv"
     localrule: True
-    retries: 3
+    retries: DOWNLOAD_RETRIES
     threads: 1
     resources:
         mem_mb=3000,
@@ -168,7 +174,7 @@ rule lpips_weights:
     benchmark:
         "benchmarks/data/lpips_weights.tsv"
     localrule: True
-    retries: 3
+    retries: DOWNLOAD_RETRIES
     threads: 1
     resources:
         mem_mb=3000,
@@ -196,6 +202,7 @@ rule prepare_dataset:
     benchmark:
         "benchmarks/data/prepare_{dataset}.tsv"
     localrule: True
+    retries: 0 if OFFLINE else None
     threads: 4
     resources:
         mem_mb=8000,

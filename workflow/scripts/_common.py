@@ -1,10 +1,11 @@
-"""Shared set-up of the thin Snakemake adapters: run the package of *this* checkout, append
-logging and warnings to the rule's log file (one header line per attempt), pin the thread
-count, remove stale temporaries of the job's outputs."""
+"""Shared set-up of the thin Snakemake adapters: run the package of *this* checkout, send
+logging and warnings to the rule's log file and append them to its attempts log (one header
+line per attempt), pin the thread count, remove stale temporaries of the job's outputs."""
 
 from __future__ import annotations
 
 import datetime
+import io
 import logging
 import os
 import socket
@@ -32,29 +33,67 @@ def use_this_checkout(src: Path = SRC) -> None:
 use_this_checkout()
 
 
-def attempt_header(log_path: str | os.PathLike[str]) -> str:
-    """The line that starts this attempt's part of an appended log: UTC time, attempt
-    number (1 + the headers already in the file: retries and reruns of this job whose logs
-    were kept), host and process id."""
+def attempts_log(log_path: str | os.PathLike[str]) -> Path:
+    """Where every attempt of a job is kept: ``<log>.log`` -> ``<log>.attempts.log``.
+    Snakemake deletes a job's declared log each time it starts the job, so a retry would
+    lose the failed attempt's log; this file is not declared, Snakemake leaves it alone."""
     path = Path(log_path)
+    stem = path.name[:-4] if path.name.endswith(".log") else path.name
+    return path.with_name(f"{stem}.attempts.log")
+
+
+def attempt_header(history: str | os.PathLike[str]) -> str:
+    """The line that starts an attempt: attempt number (1 + the headers already in the
+    attempts log: retries and reruns of this job), UTC time, host and process id."""
+    path = Path(history)
     earlier = 0
     if path.exists():
         with open(path, "rb") as f:
             earlier = sum(1 for line in f if line.startswith(b"===== attempt "))
     now = datetime.datetime.now(datetime.timezone.utc).replace(microsecond=0).isoformat()
     return (f"===== attempt {earlier + 1} of this job started {now} on {socket.gethostname()} "
-            f"(pid {os.getpid()}; earlier attempts above) =====")
+            f"(pid {os.getpid()}) =====")
+
+
+class _Tee(io.TextIOBase):
+    """stderr of a job: each write goes to the rule's log and to its attempts log."""
+
+    def __init__(self, *streams: Any) -> None:
+        self.streams = streams
+
+    def write(self, text: str) -> int:
+        for s in self.streams:
+            s.write(text)
+        return len(text)
+
+    def flush(self) -> None:
+        for s in self.streams:
+            s.flush()
+
+    @property
+    def encoding(self) -> str:  # type: ignore[override]
+        return self.streams[0].encoding
+
+    def fileno(self) -> int:  # e.g. faulthandler: the rule's log
+        return self.streams[0].fileno()
+
+    def close(self) -> None:
+        super().close()  # flushes
+        for s in self.streams:
+            s.close()
 
 
 def setup(snakemake: Any) -> None:
-    """Append stderr (progress lines, warnings, logging) to the rule's log under an attempt
-    header, so a retry keeps the failed attempt's log; set torch threads; remove temporaries
-    that killed earlier attempts left next to the outputs."""
+    """Send stderr (progress lines, warnings, logging) to the rule's log and append it to
+    the attempts log under an attempt header (a retry keeps the failed attempt's output);
+    set torch threads; remove temporaries that killed earlier attempts left next to the
+    outputs."""
     if snakemake.log:
         Path(snakemake.log[0]).parent.mkdir(parents=True, exist_ok=True)
-        header = attempt_header(snakemake.log[0])
-        stream = open(snakemake.log[0], "a", buffering=1)
-        stream.write(header + "\n")
+        history = attempts_log(snakemake.log[0])
+        header = attempt_header(history)
+        stream = _Tee(open(snakemake.log[0], "a", buffering=1), open(history, "a", buffering=1))
+        stream.write(f"{header}\n")
         sys.stderr = stream
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, force=True,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")

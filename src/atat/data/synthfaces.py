@@ -49,7 +49,6 @@ import json
 import math
 import os
 import shutil
-import sys
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -667,21 +666,19 @@ def render_identity_image(ident: dict[str, Any], image_index: int, *, seed: int 
 # ------------------------------------------------------------------------------------
 def _write_pool(root: Path, pool: str, identities: list[dict[str, Any]], n_images: int, *, seed: int,
                 split_seed: int, resolution: int, nuisance: float, progress: bool, params: dict) -> dict:
-    from tqdm.auto import tqdm
+    from atat.progress import track  # one log line per identity, with ETA
 
     root.mkdir(parents=True)
     rows = []
-    total = len(identities) * n_images
-    with tqdm(total=total, desc=f"synthfaces {pool}", unit="img", disable=not progress, file=sys.stderr) as bar:
-        for label, ident in enumerate(identities):
-            d = root / "images" / ident["name"]
-            d.mkdir(parents=True)
-            for j in range(n_images):
-                img = render_identity_image(ident, j, seed=seed, resolution=resolution, nuisance=nuisance)
-                rel = f"images/{ident['name']}/{j:04d}.png"
-                img.save(root / rel, format="PNG", optimize=False, compress_level=6)
-                rows.append((rel, label, ident["name"]))
-                bar.update(1)
+    for label, ident in enumerate(track(identities, f"synthfaces {pool}: identities done",
+                                        enabled=progress)):
+        d = root / "images" / ident["name"]
+        d.mkdir(parents=True)
+        for j in range(n_images):
+            img = render_identity_image(ident, j, seed=seed, resolution=resolution, nuisance=nuisance)
+            rel = f"images/{ident['name']}/{j:04d}.png"
+            img.save(root / rel, format="PNG", optimize=False, compress_level=6)
+            rows.append((rel, label, ident["name"]))
     df = pd.DataFrame(rows, columns=["path", "label", "identity"])
     if pool == "private":
         df["split"] = ""

@@ -32,12 +32,12 @@ import torch.nn.functional as F
 import torchvision
 from torch import Tensor, nn
 from torch.utils.data import DataLoader, Subset
-from tqdm import tqdm
 
 from atat import io
 from atat.data.loading import ManifestDataset, build_transform, make_loader
 from atat.data.manifest import read_meta
 from atat.models import Classifier, build_model
+from atat.progress import Progress
 from atat.train import TrainingDivergedError, evaluate, versions
 
 log = logging.getLogger(__name__)
@@ -128,7 +128,7 @@ def build_evaluation_model(n_classes: int, *, aux_logits: bool = True,
         path = Path(weights_path)
         if not path.is_file():
             raise FileNotFoundError(f"ImageNet weights of the evaluation model not found: {path}")
-        net.load_state_dict(torch.load(path, map_location="cpu", weights_only=True))
+        net.load_state_dict(io.torch_load(path, advice=io.DOWNLOAD_ADVICE))
     if not aux_logits:
         net.aux_logits = False
         net.AuxLogits = None
@@ -196,12 +196,11 @@ def _fit(model: nn.Module,
                          f"({p['batch_size']})")
     best, history = None, []
     t0 = time.perf_counter()
+    epochs_done = Progress(p["epochs"], "epochs done", enabled=False)
     for epoch in range(p["epochs"]):
         model.train()
         loss_sum, n_seen, correct = 0.0, 0, 0
-        bar = tqdm(train_loader, desc=f"{name} epoch {epoch + 1}/{p['epochs']}",
-                   disable=not progress, leave=False, dynamic_ncols=True)
-        for x, y in bar:
+        for x, y in train_loader:
             x, y = x.to(device), y.to(device)
             optimizer.zero_grad(set_to_none=True)
             loss, logits = loss_fn(model, x, y)
@@ -214,7 +213,6 @@ def _fit(model: nn.Module,
             loss_sum += batch_loss
             n_seen += len(y)
             correct += int((logits.detach().argmax(1) == y).sum())
-            bar.set_postfix(loss=f"{batch_loss / len(y):.3f}")
         record: dict[str, Any] = {"epoch": epoch, "lr": optimizer.param_groups[0]["lr"],
                                   "train_loss": loss_sum / max(n_seen, 1),
                                   "train_acc_augmented": correct / max(n_seen, 1)}
@@ -229,8 +227,9 @@ def _fit(model: nn.Module,
                         "state": {k: v.detach().cpu().clone()
                                   for k, v in model.state_dict().items()}}
         history.append(record)
-        log.info("%s epoch %d: %s", name, epoch,
-                 {k: round(v, 4) if isinstance(v, float) else v for k, v in record.items()})
+        log.info("%s epoch %d: %s%s", name, epoch,  # one line per epoch, with ETA
+                 {k: round(v, 4) if isinstance(v, float) else v for k, v in record.items()},
+                 f" | {epochs_done.step()}" if progress else "")
         scheduler.step()
     if best is None:
         raise RuntimeError(f"{name}: no validation evaluation happened (epochs = {p['epochs']}, "

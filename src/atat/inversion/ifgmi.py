@@ -25,6 +25,7 @@ reproduces an uninterrupted run exactly.
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
@@ -180,11 +181,9 @@ def _merge(dst: ResultAccumulator, rows: list, best: Mapping) -> None:
 
 
 def _progress(iterable, enabled: bool, desc: str):
-    if not enabled:
-        return iterable
-    from tqdm import tqdm
+    from atat.progress import track  # one log line per batch, with ETA
 
-    return tqdm(iterable, desc=desc)
+    return track(iterable, desc, log=logging.getLogger(__name__), enabled=enabled)
 
 
 # ------------------------------------------------------------------ the attack
@@ -241,9 +240,8 @@ def run_ifgmi(G: nn.Module, target_model: nn.Module, params: Mapping[str, Any], 
         per_cand = torch.tensor(classes, dtype=torch.long).repeat_interleave(
             int(cand["num_candidates"]))
         init_path = resume / "init_w.pt" if resume else None
-        if init_path is not None and init_path.exists():
-            w_init = io.torch_load(init_path)
-        else:
+        w_init = io.load_resume(init_path) if init_path is not None else None  # corrupt: redone
+        if w_init is None:
             ws = candidate_search(
                 G, target_model, per_cand.tolist(),
                 search_space_size=int(cand["search_space_size"]), center_crop=crop, resize=res,
@@ -270,9 +268,8 @@ def run_ifgmi(G: nn.Module, target_model: nn.Module, params: Mapping[str, Any], 
         order: list[torch.Tensor] = []
         for b, idx in enumerate(_progress(batches, progress, "IF-GMI batches")):
             path = resume / f"batch{b:05d}.pt" if resume else None
-            if path is not None and path.exists():
-                saved = io.torch_load(path)
-            else:
+            saved = io.load_resume(path) if path is not None else None  # corrupt: redone
+            if saved is None:
                 saved = _attack_batch(G, target_model, w_init[idx].to(device),
                                       per_cand[idx].to(device), scorer, seed=seed + b,
                                       steps=steps, lr=float(cfg["lr"]), betas=cfg["betas"],

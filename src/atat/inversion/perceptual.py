@@ -91,7 +91,9 @@ class PerceptualFeatures(nn.Module, ABC):
 
 
 def _load_state_dict(path: str | os.PathLike[str]) -> dict:
-    sd = torch.load(path, map_location="cpu", weights_only=True)
+    from atat.io import DOWNLOAD_ADVICE, torch_load
+
+    sd = torch_load(path, advice=DOWNLOAD_ADVICE)
     if isinstance(sd, dict) and "state_dict" in sd and isinstance(sd["state_dict"], dict):
         sd = sd["state_dict"]
     if not isinstance(sd, dict):

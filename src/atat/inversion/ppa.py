@@ -38,11 +38,9 @@ __all__ = ["run_ppa", "score_latents"]
 
 
 def _progress(iterable, enabled: bool, desc: str):
-    if not enabled:
-        return iterable
-    from tqdm import tqdm
+    from atat.progress import track  # one log line per batch, with ETA
 
-    return tqdm(iterable, desc=desc)
+    return track(iterable, desc, log=logging.getLogger(__name__), enabled=enabled)
 
 
 @torch.no_grad()
@@ -82,9 +80,8 @@ def run_ppa(G: nn.Module, target_model: nn.Module, params: Mapping[str, Any], sc
                                  params.get("dataset_kind", ""), seed)
         per_cand = torch.tensor(classes).repeat_interleave(int(cand["num_candidates"]))
         init_path = resume / "init_w.pt" if resume else None
-        if init_path is not None and init_path.exists():
-            w_init = torch.load(init_path, map_location="cpu", weights_only=True)
-        else:
+        w_init = io.load_resume(init_path) if init_path is not None else None  # corrupt: redone
+        if w_init is None:
             ws = candidate_search(
                 G, target_model, per_cand.tolist(),
                 search_space_size=int(cand["search_space_size"]), center_crop=crop, resize=res,
@@ -105,9 +102,8 @@ def run_ppa(G: nn.Module, target_model: nn.Module, params: Mapping[str, Any], sc
         w_opt, last_conf = [], []
         for b, start in enumerate(_progress(batches, progress, "PPA batches")):
             path = resume / f"batch{b:05d}.pt" if resume else None
-            if path is not None and path.exists():
-                saved = torch.load(path, map_location="cpu", weights_only=True)
-            else:
+            saved = io.load_resume(path) if path is not None else None  # corrupt: redone
+            if saved is None:
                 torch.manual_seed(seed + b)
                 w, conf = optimize_w(
                     G, target_model, w_init[start:start + bs].to(device),

@@ -43,7 +43,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..io import torch_load, torch_save
+from ..io import load_resume, torch_save
 from ..precision import tf32_disabled
 from .core import (
     SCORE_COLUMNS,
@@ -444,8 +444,8 @@ def run_ppdg(G: nn.Module, D: nn.Module | None, target_model: nn.Module, params:
     results = []
     for k, cls in enumerate(classes):
         path = _class_file(rdir, cls) if rdir is not None else None
-        if path is not None and path.exists():
-            res = torch_load(path)
+        res = load_resume(path) if path is not None else None  # corrupt: moved aside, redone
+        if res is not None:
             if res.get("fingerprint") != fingerprint:
                 raise ValueError(f"{path} was written with different PPDG settings; "
                                  "remove the resume directory to start over")
