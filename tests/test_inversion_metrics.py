@@ -233,3 +233,20 @@ def test_out_of_range_images_are_scored_unclamped_and_flagged_in_the_summary():
     ok = summarize(frame.iloc[:1])
     assert ok["img_absmax_max"] == pytest.approx(0.5) and "image_range_note" not in ok
     assert math.isnan(summarize(frame.drop(columns="img_absmax"))["img_absmax_max"])
+
+
+def test_summary_gives_the_real_nearest_neighbour_scale_of_the_distances():
+    """δ_eval/δ_face are read against the same distance between a class's own images."""
+    # class 0: features (1,0), (0,3), (1,1) -> NN d² 1, 5, 1; class 1: one image (skipped)
+    real = (images([4, 5, 8, 6]), torch.tensor([0, 0, 0, 1]))
+    feats = FEATS.clone()
+    feats[8] = torch.tensor([1.0, 1.0])
+    ev = Evaluator(FakeEval(feats), real=real, eval_resolution=8)
+    acc = ResultAccumulator(figure_resolution=4)
+    x, t = images([0]), torch.tensor([0])
+    acc.add(x, t, ev(x, t))
+    s = ev.summarize(acc.frame())
+    assert s["dist_eval_real_nn"] == pytest.approx((1 + 5 + 1) / 3)
+    assert math.isnan(s["dist_face_real_nn"])  # no face network
+    single = Evaluator(FakeEval(), real=(images([6]), torch.tensor([1])), eval_resolution=8)
+    assert math.isnan(single.real_nn_distances()["dist_eval_real_nn"])

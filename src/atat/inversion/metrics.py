@@ -25,7 +25,10 @@ crop → resize), IF-GMI (final-solution/IF-GMI ``attacks/optimize.py`` keeps th
 ``torch.clamp`` of the pseudo-private data commented out). A trained generator stays close to
 [-1, 1]; an untrained or broken one does not, and then δ_eval explodes (1e13-1e20 seen with
 random weights). The accumulator records each image's max |pixel| (``img_absmax``) and
-:func:`summarize` reports their maximum and median so such a run is recognisable.
+:func:`summarize` reports their maximum and median so such a run is recognisable;
+:meth:`Evaluator.summarize` adds ``dist_eval_real_nn`` / ``dist_face_real_nn``, the same
+distance between a class's own training images (nearest other image), the scale a plausible
+δ is read against.
 """
 
 from __future__ import annotations
@@ -192,8 +195,32 @@ class Evaluator:
                 out["dist_face"].append(torch.full((len(t),), math.nan, device=self.device))
         return {c: (torch.cat(v).float().cpu() if v else torch.empty(0)) for c, v in out.items()}
 
+    def real_nn_distances(self) -> dict[str, float]:
+        """Plausibility scale of δ_eval/δ_face: the mean over the real training images of the
+        attacked classes of the squared distance to the nearest *other* image of the same
+        class (classes with one image are skipped; NaN when none has two). A reconstruction
+        as close to the class as its own images gives δ about this large."""
+        def mean_nn(real: Mapping[int, Tensor] | None) -> float:
+            if real is None:
+                return math.nan
+            vals = []
+            for feats in real.values():
+                if len(feats) < 2:
+                    continue
+                step = max(1, _CHUNK_ELEMENTS // max(1, feats.numel()))
+                for i in range(0, len(feats), step):
+                    d = (feats[i:i + step, None, :] - feats[None]).pow(2).sum(-1)
+                    rows = torch.arange(len(d), device=d.device)
+                    d[rows, rows + i] = math.inf  # not the image itself
+                    vals.append(d.min(dim=1).values)
+            return float(torch.cat(vals).mean()) if vals else math.nan
+
+        return {"dist_eval_real_nn": mean_nn(self.real_eval),
+                "dist_face_real_nn": mean_nn(self.real_face)}
+
     def summarize(self, frame) -> dict[str, Any]:
-        return summarize(frame, self.face_metric_note)
+        """:func:`summarize` plus :meth:`real_nn_distances` (the scale δ is read against)."""
+        return {**summarize(frame, self.face_metric_note), **self.real_nn_distances()}
 
 
 def summarize(frame, face_metric_note: str | None = None) -> dict[str, Any]:

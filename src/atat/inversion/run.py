@@ -172,9 +172,11 @@ def run_inversion(*, attack: str, params: Mapping[str, Any], ids: Mapping[str, A
     if resume_dir is not None:          # the job is complete: its per-batch progress is spent
         shutil.rmtree(resume_dir, ignore_errors=True)
     log.info("%s %s: AttAcc@1 %.4f AttAcc@5 %.4f EvalConf %.4f δ_face %s δ_eval %.4f "
-             "(chance %.4f, %d images, %.0f s)", attack, ckpt["model_id"], summary["attacc1"],
-             summary["attacc5"], summary["evalconf"], summary["dist_face"],
-             summary["dist_eval"], summary["chance_attacc1"], len(frame), record["seconds"])
+             "(real-image nearest-neighbour δ_eval %.4f; chance %.4f, %d images, %.0f s)",
+             attack, ckpt["model_id"], summary["attacc1"], summary["attacc5"],
+             summary["evalconf"], summary["dist_face"], summary["dist_eval"],
+             summary.get("dist_eval_real_nn", math.nan), summary["chance_attacc1"],
+             len(frame), record["seconds"])
     return record
 
 
