@@ -77,3 +77,20 @@ def test_the_training_log_is_one_plain_line_per_epoch_with_eta(data_root, tmp_pa
         assert re.search(rf"rec/resnet18/nodef/seed0 epoch {k}: \{{.*'train_loss'.*\}} \| "
                          rf"epochs done {k + 1}/3 \(\d+%\) \| \d+:\d\d:\d\d elapsed, ETA "
                          rf"\d+:\d\d:\d\d$", line), line
+
+
+def test_a_truncated_inversion_batch_file_is_redone_not_fatal(tmp_path, caplog):
+    from test_inversion_ppa import TinyTarget, fake_scorer, params, tiny_generator
+
+    from atat.inversion import ppa
+
+    G, T = tiny_generator(), TinyTarget()
+    full = ppa.run_ppa(G, T, params(), fake_scorer, resume_dir=tmp_path, progress=False)
+    for name in ("init_w.pt", "batch00000.pt"):  # killed while copying / a failing disk
+        f = tmp_path / name
+        f.write_bytes(f.read_bytes()[:100])
+    with caplog.at_level("WARNING", logger="atat.io"):
+        again = ppa.run_ppa(G, T, params(), fake_scorer, resume_dir=tmp_path, progress=False)
+    assert torch.equal(again["final_w"], full["final_w"]) and again["frame"].equals(full["frame"])
+    assert (tmp_path / "init_w.pt.corrupt").exists() and (tmp_path / "batch00000.pt.corrupt").exists()
+    assert sum("cannot be read" in r.getMessage() for r in caplog.records) == 2
