@@ -288,6 +288,19 @@ PAPER_NAME_CASES = [
 ]
 
 
+def test_rolss_on_a_densenet_stops_before_any_job():
+    """RoLSS cannot load ImageNet weights into a DenseNet (spec §2.6): a grid cell asking for it
+    is rejected by the config check, not by the training job hours later."""
+    cfg = load_config(PAPER)
+    cfg["grid"][1]["architectures"] = ["resnet152", "densenet169"]
+    with pytest.raises(ConfigError, match="defenses.rolss.*densenet169"):
+        validate_config(cfg)
+    paper = load_config(PAPER)
+    paper["defenses"]["mid"]["bottleneck_dim"] = 1024   # fits ResNet-152/DenseNet, not ResNet-18
+    with pytest.raises(ConfigError, match="planned on resnet18"):
+        validate_config(paper)
+
+
 @pytest.mark.parametrize("desc,path,value,words", PAPER_NAME_CASES,
                          ids=[c[0] for c in PAPER_NAME_CASES])
 def test_every_name_valued_key_of_the_paper_config_must_exist(desc, path, value, words):
@@ -340,6 +353,10 @@ MAGNITUDE_CASES = [
     ("weight decay 5", ("training", "weight_decay"), 5.0, ["training.weight_decay"]),
     ("early-stop accuracy above 1", ("defenses", "nodef_es", "training", "stop_at_val_acc"),
      1.5, ["defenses.nodef_es.training.stop_at_val_acc"]),
+    ("MID bottleneck wider than the features", ("defenses", "mid", "bottleneck_dim"), 1024,
+     ["defenses.mid.bottleneck_dim", "512 features of resnet18"]),
+    ("TL-DMI freezing beyond the feature extractor", ("defenses", "tldmi", "freeze_layers"), 10,
+     ["defenses.tldmi.freeze_layers", "only 10 children"]),
     ("crop scale range reversed", ("augmentation", "rrc_scale"), [0.9, 0.5],
      ["augmentation.rrc_scale", "low <= high"]),
     ("crop scale of 0", ("augmentation", "rrc_scale"), [0.0, 1.0], ["augmentation.rrc_scale"]),

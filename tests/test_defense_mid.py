@@ -57,7 +57,12 @@ def test_bottleneck_is_half_the_feature_width(base):
 def test_default_bottleneck_is_half_the_feature_width_on_every_architecture(architecture,
                                                                              feat_dim, k):
     """Issue 13 item 8: k = feat_dim // 2 on every architecture (REPO), not only ResNet-152."""
-    model = mid().build_model(build_model(architecture, N_CLASSES))
+    from atat.defenses.base import ARCHITECTURE_FACTS
+    base = build_model(architecture, N_CLASSES)
+    # the static table the config checks use (no model built at DAG time) matches the models
+    assert ARCHITECTURE_FACTS[architecture] == {
+        "feature_dim": base.feature_dim, "feature_children": len(list(base.features.children()))}
+    model = mid().build_model(base)
     assert model.feature_dim == feat_dim and model.head.k == k
     assert tuple(model.head.st_layer.weight.shape) == (2 * k, feat_dim)
     assert tuple(model.head.classifier.weight.shape) == (N_CLASSES, k)

@@ -99,6 +99,17 @@ def _check_semantics(config: Mapping[str, Any]) -> None:
                 variant, f"defenses.{name}")
         except DefenseConfigError as exc:
             raise ConfigError(f"invalid configuration: {exc}") from None
+    planned = {(r.architecture, r.defense) for r in model_runs(config)}
+    for arch, name in sorted(planned):
+        if name not in config["defenses"] or arch not in config["architectures"]:
+            continue  # named in the grid but undefined: reported below
+        variant = config["defenses"][name]
+        cls = defense_class(variant["type"], f"defenses.{name}")
+        try:
+            cls.check_architecture(cls.resolve_params(variant, f"defenses.{name}"), arch,
+                                   f"defenses.{name}")
+        except DefenseConfigError as exc:
+            raise ConfigError(f"invalid configuration: {exc} (planned on {arch})") from None
     for name, variant in config["defenses"].items():
         prior = variant.get("prior")
         if prior is not None and config["defenses"].get(prior, {}).get("type") != variant["type"]:

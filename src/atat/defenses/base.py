@@ -48,6 +48,17 @@ def input_perturbation(v: Any) -> bool:
     return positive(v) and v <= MAX_INPUT_PERTURBATION
 
 
+#: What the config checks need to know about each target architecture without building it
+#: (atat.models.build_model; tests/test_defense_mid.py checks the table against it):
+#: feature width (input of the head) and the number of direct children of the feature
+#: extractor (TL-DMI freezes a prefix of them).
+ARCHITECTURE_FACTS: dict[str, dict[str, int]] = {
+    "resnet18": {"feature_dim": 512, "feature_children": 10},
+    "resnet152": {"feature_dim": 2048, "feature_children": 10},
+    "densenet169": {"feature_dim": 1664, "feature_children": 15},
+}
+
+
 @dataclasses.dataclass(frozen=True)
 class ModelContext:
     """What a defense may need to know about the model it defends (e.g. Trap-MID builds a
@@ -99,6 +110,12 @@ class Defense:
                     f"{where}.{name}: invalid value {value!r} ({spec.description})")
             out[name] = value
         return out
+
+    @classmethod
+    def check_architecture(cls, params: Mapping[str, Any], architecture: str,
+                           where: str = "defense") -> None:
+        """Raise :class:`DefenseConfigError` when the resolved ``params`` are meaningless on
+        ``architecture`` (run by the config checks for every planned model, before any job)."""
 
     # ---------------------------------------------------------------- model
     def build_model(self, model: nn.Module) -> nn.Module:

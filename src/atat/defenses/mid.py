@@ -27,13 +27,14 @@ Checkpoint keys: ``head.st_layer.*`` and ``head.classifier.*``.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Mapping
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from atat.defenses.base import Defense, Param, StepContext, non_negative, positive_int
+from atat.defenses.base import (ARCHITECTURE_FACTS, Defense, DefenseConfigError, Param,
+                                StepContext, non_negative, positive_int)
 from atat.models import Classifier
 
 
@@ -77,6 +78,14 @@ class MutualInformationDefense(Defense):
         "bottleneck_dim": Param(None, _optional_positive_int,
                                 "bottleneck width k, integer > 0 or null (= feature_dim // 2)"),
     }
+
+    @classmethod
+    def check_architecture(cls, params: Mapping[str, Any], architecture: str,
+                           where: str = "defense") -> None:
+        k, feat = params["bottleneck_dim"], ARCHITECTURE_FACTS[architecture]["feature_dim"]
+        if k is not None and k > feat:
+            raise DefenseConfigError(f"{where}.bottleneck_dim: {k} is wider than the {feat} "
+                                     f"features of {architecture}; a bottleneck needs k <= {feat}")
 
     def build_model(self, model: nn.Module) -> nn.Module:
         if not isinstance(model, Classifier):

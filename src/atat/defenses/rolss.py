@@ -26,12 +26,12 @@ torchvision's. DenseNet RoLSS changes layer widths so ImageNet weights cannot lo
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Mapping
 
 from torch import Tensor, nn
 from torchvision.models.resnet import BasicBlock, Bottleneck, ResNet
 
-from atat.defenses.base import Defense, Param
+from atat.defenses.base import Defense, DefenseConfigError, Param
 
 
 class SkipBasicBlock(BasicBlock):
@@ -119,6 +119,15 @@ class RemoveLastStageSkip(Defense):
                               "official RoLSS rule: layer3 blocks with index >= "
                               "int(split * n_blocks) have no skip; in (0, 1], 1.0 disables it"),
     }
+
+    @classmethod
+    def check_architecture(cls, params: Mapping[str, Any], architecture: str,
+                           where: str = "defense") -> None:
+        if not architecture.startswith("resnet"):
+            raise DefenseConfigError(
+                f"{where}: {cls.type_name} is implemented for ResNets only, not '{architecture}' "
+                "(DenseNet RoLSS changes layer widths, so ImageNet weights cannot load; spec "
+                "§2.6, §8.7): remove it from that grid cell")
 
     def build_model(self, model: nn.Module) -> nn.Module:
         arch = getattr(model, "architecture", "")

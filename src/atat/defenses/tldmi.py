@@ -23,11 +23,11 @@ same.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Mapping
 
 from torch import nn
 
-from atat.defenses.base import Defense, Param
+from atat.defenses.base import ARCHITECTURE_FACTS, Defense, DefenseConfigError, Param
 
 
 def _non_negative_int(v: Any) -> bool:
@@ -50,6 +50,15 @@ class TransferLearningDefense(Defense):
                                "integer >= 0 (children 0..F are frozen; 0 = whole feature "
                                "extractor); TL-DMI 6, TL-DMI-5 5"),
     }
+
+    @classmethod
+    def check_architecture(cls, params: Mapping[str, Any], architecture: str,
+                           where: str = "defense") -> None:
+        n = ARCHITECTURE_FACTS[architecture]["feature_children"]
+        if params["freeze_layers"] >= n:
+            raise DefenseConfigError(
+                f"{where}.freeze_layers: {params['freeze_layers']} but the {architecture} "
+                f"feature extractor has only {n} children (0..{n - 1})")
 
     def build_model(self, model: nn.Module) -> nn.Module:
         features = getattr(model, "features", None)
