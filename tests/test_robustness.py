@@ -543,3 +543,19 @@ def test_precision_benchmark_cli_on_a_trained_model(tmp_path, capsys):
     assert all(r["n_examples"] == 3 for r in result["rows"])
     printed = capsys.readouterr().out
     assert "tf32-fp32" in printed and "not available on this device" in printed
+
+
+def test_autoattack_precision_key_is_validated(tmp_path):
+    from atat.config import ConfigError, load_config, validate_config
+    from atat.robust_eval import run_autoattack as run_job
+
+    cfg = load_config(ROOT_DIR / "config" / "config.yaml")
+    assert cfg["autoattack"]["precision"] == "fp32"  # the correct measurement is the default
+    cfg["autoattack"]["precision"] = "bf16"
+    with pytest.raises(ConfigError, match="autoattack.precision"):
+        validate_config(cfg)
+    # the job checks it too, before loading anything
+    with pytest.raises(ValueError, match="autoattack.precision must be one of fp32, tf32"):
+        run_job(model_path=tmp_path / "missing.pt", dataset_root=tmp_path,
+                out_path=tmp_path / "o.json", epsilon=0.01, resolution=16,
+                settings={"precision": "tf16"})
