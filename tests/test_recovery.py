@@ -94,3 +94,25 @@ def test_a_truncated_inversion_batch_file_is_redone_not_fatal(tmp_path, caplog):
     assert torch.equal(again["final_w"], full["final_w"]) and again["frame"].equals(full["frame"])
     assert (tmp_path / "init_w.pt.corrupt").exists() and (tmp_path / "batch00000.pt.corrupt").exists()
     assert sum("cannot be read" in r.getMessage() for r in caplog.records) == 2
+
+
+def test_the_autoattack_log_is_one_line_per_attack_with_eta(caplog):
+    from test_robustness import CHEAP, cnn_data, tiny_cnn
+
+    from atat.robustness import evaluate_autoattack
+
+    model = tiny_cnn()
+    x, y = cnn_data(model)
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        with caplog.at_level("INFO", logger="atat.robustness"):
+            evaluate_autoattack(model, x, y, epsilon=0.01, version="custom", settings=CHEAP)
+    finally:
+        torch.set_num_threads(n)
+    done = [r.getMessage() for r in caplog.records
+            if r.name == "atat.robustness" and "robust accuracy" in r.getMessage()
+            and r.getMessage().startswith("[")]
+    assert len(done) == 4
+    for k, msg in enumerate(done, start=1):
+        assert f"eps=0.01: attacks done {k}/4" in msg and "ETA" in msg and "\r" not in msg

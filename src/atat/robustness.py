@@ -75,6 +75,7 @@ from torch import Tensor, nn
 
 from atat.precision import (DEFAULT_PRECISION, attack_precision, check_precision, no_tf32,
                             tf32_active)
+from atat.progress import Progress
 
 log = logging.getLogger(__name__)
 
@@ -442,6 +443,7 @@ def run_autoattack(model: nn.Module, x01: Tensor, y: Tensor, *, epsilon: float,
 
         per_attack: dict[str, dict[str, Any]] = {}
         effective: dict[str, dict[str, Any]] = {}
+        attacks_done = Progress(len(attacks), f"eps={epsilon:g}: attacks done", enabled=False)
         for i, attack in enumerate(attacks):
             log.info("[%d/%d] %s at eps=%g on %d examples ...", i + 1, len(attacks), attack,
                      epsilon, n)
@@ -477,8 +479,9 @@ def run_autoattack(model: nn.Module, x01: Tensor, y: Tensor, *, epsilon: float,
                 "robust_flags_recheck": (None if recheck_flags is None
                                          else recheck_flags.int().tolist()),
             }
-            log.info("[%d/%d] %s: robust accuracy %.2f%% (%.1f s)", i + 1, len(attacks),
-                     attack, 100 * per_attack[attack]["robust_accuracy"], seconds)
+            log.info("[%d/%d] %s: robust accuracy %.2f%% (%.1f s) | %s", i + 1, len(attacks),
+                     attack, 100 * per_attack[attack]["robust_accuracy"], seconds,
+                     attacks_done.step())  # with ETA
 
         worst = torch.ones(n, dtype=torch.bool)
         worst_recheck = clean_correct.clone()
