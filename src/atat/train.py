@@ -7,6 +7,9 @@
   scheduler, best-so-far, history, every RNG) is written atomically to an *undeclared* file,
   so a killed job resumes where it stopped and ends with the same weights as an
   uninterrupted run.
+* Stops with :class:`TrainingDivergedError` (naming the model and lr) on a non-finite loss or a
+  per-sample batch loss more than :data:`DIVERGENCE_FACTOR` times the run's first; stops before
+  training when the dataset's class count differs from ``n_classes``.
 """
 
 from __future__ import annotations
