@@ -39,3 +39,11 @@ def test_track_logs_a_line_after_each_item_and_never_a_carriage_return(caplog):
     assert [m.split(" |")[0] for m in msgs] == ["PPA batches 1/3 (33%)", "PPA batches 2/3 (67%)",
                                                "PPA batches 3/3 (100%)"]
     assert all("ETA" in m and "\r" not in m and "\n" not in m for m in msgs)
+
+
+def test_resumed_steps_count_but_do_not_speed_up_the_eta():
+    clock, lines = Clock(), []
+    prog = Progress(4, "classes done", log=lines.append, clock=clock)
+    prog.skip(2)  # loaded from resume files in no time
+    clock.t += 10
+    assert prog.step() == "classes done 3/4 (75%) | 0:00:10 elapsed, ETA 0:00:10"

@@ -66,6 +66,11 @@ class Progress:
             timing += f", ETA {format_seconds(elapsed / ran * max(self.total - self.done, 0))}"
         return f"{self.desc} {count}{pct}{extra} | {timing}"
 
+    def skip(self, n: int = 1) -> None:
+        """Count ``n`` steps done earlier (resumed): in the count, not in the ETA's rate."""
+        self.done += n
+        self._first += n
+
     def step(self, n: int = 1, **info: Any) -> str:
         """Count ``n`` finished steps, write the status line (with ``info`` as key=value)
         and return it."""

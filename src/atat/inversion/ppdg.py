@@ -45,6 +45,7 @@ from torch import Tensor, nn
 
 from ..io import load_resume, torch_save
 from ..precision import tf32_disabled
+from ..progress import Progress
 from .core import (
     SCORE_COLUMNS,
     ResultAccumulator,
@@ -442,6 +443,7 @@ def run_ppdg(G: nn.Module, D: nn.Module | None, target_model: nn.Module, params:
     fingerprint = _fingerprint(params, perceptual, Dp is not None)
     rdir = Path(resume_dir) if resume_dir is not None else None
     results = []
+    classes_done = Progress(len(classes), "[ppdg] classes done", log=say)  # with ETA
     for k, cls in enumerate(classes):
         path = _class_file(rdir, cls) if rdir is not None else None
         res = load_resume(path) if path is not None else None  # corrupt: moved aside, redone
@@ -451,6 +453,7 @@ def run_ppdg(G: nn.Module, D: nn.Module | None, target_model: nn.Module, params:
                                  "remove the resume directory to start over")
             say(f"[ppdg] class {cls} ({k + 1}/{len(classes)}): resumed from {path}")
             results.append(res)
+            classes_done.skip()
             continue
         say(f"[ppdg] class {cls} ({k + 1}/{len(classes)})")
         seed_everything(seed + cls)
@@ -460,6 +463,7 @@ def run_ppdg(G: nn.Module, D: nn.Module | None, target_model: nn.Module, params:
         if path is not None:
             torch_save(res, path)
         results.append(res)
+        classes_done.step()
 
     acc = ResultAccumulator(int(params["figure_resolution"]), params.get("center_crop"))
     round_metrics = []
