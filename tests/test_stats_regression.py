@@ -15,6 +15,7 @@ from scipy.special import expit
 from statsmodels.othermod.betareg import BetaModel
 
 from atat.config import load_config, model_runs
+from atat.summary import robust_column
 from atat.stats.regression import (
     SpecSkipped,
     build_design,
@@ -27,7 +28,6 @@ from atat.stats.regression import (
     gamma_from_beta,
     load_specs,
     parameter_count,
-    robust_col,
     select_sample,
     squeeze_unit_interval,
 )
@@ -74,13 +74,13 @@ def simulate_summary(seed: int = 0, n_seeds: int = 1, noise: float = 0.02,
     df["test_acc"] = rng.uniform(0.6, 0.95, n)
     df["val_acc"] = df["test_acc"] + rng.normal(0, 0.01, n)
     df["test_top5"] = np.minimum(1.0, df["test_acc"] + 0.04)
-    df[robust_col(0.031)] = 0.0
-    df[robust_col(0.0025)] = rng.uniform(0.05, 0.6, n)
-    df[robust_col(0.0005)] = rng.uniform(0.3, 0.9, n)
-    df[robust_col(1e-05)] = rng.uniform(0.5, 0.95, n)
+    df[robust_column(0.031)] = 0.0
+    df[robust_column(0.0025)] = rng.uniform(0.05, 0.6, n)
+    df[robust_column(0.0005)] = rng.uniform(0.3, 0.9, n)
+    df[robust_column(1e-05)] = rng.uniform(0.5, 0.95, n)
     for e in EPS:
         for att in ("apgd-ce", "apgd-t", "fab-t", "square"):
-            df[robust_col(e, att)] = df[robust_col(e)]
+            df[robust_column(e, att)] = df[robust_column(e)]
     X = sm.add_constant(df[JOINT].to_numpy())
     df["ppa_attacc1"] = X @ TRUE_OLS + rng.normal(0, noise, n)
     mu = expit(X @ TRUE_BETA)
@@ -106,10 +106,10 @@ def paper_grid_summary(seed: int = 0) -> pd.DataFrame:
     rng = np.random.default_rng(seed)
     n = len(df)
     df["test_acc"] = rng.uniform(0.6, 0.95, n)
-    df[robust_col(0.031)] = 0.0
-    df[robust_col(0.0025)] = rng.uniform(0.05, 0.6, n)
-    df[robust_col(0.0005)] = rng.uniform(0.3, 0.9, n)
-    df[robust_col(1e-05)] = rng.uniform(0.5, 0.95, n)
+    df[robust_column(0.031)] = 0.0
+    df[robust_column(0.0025)] = rng.uniform(0.05, 0.6, n)
+    df[robust_column(0.0005)] = rng.uniform(0.3, 0.9, n)
+    df[robust_column(1e-05)] = rng.uniform(0.5, 0.95, n)
     X = sm.add_constant(df[JOINT].to_numpy())
     df["ppa_attacc1"] = X @ TRUE_OLS + rng.normal(0, 0.02, n)
     mu = expit(X @ TRUE_BETA)

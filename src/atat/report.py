@@ -68,11 +68,11 @@ def spec_identifiable(spec: Mapping[str, Any], config: Mapping[str, Any],
     ``min_df_resid`` (:func:`atat.stats.regression.check_size`, the check the fit makes),
     with the sample selected exactly as the fit will select it (defense variants, datasets,
     architectures, excluded rows, causal rows)."""
-    from atat.config import eps_tag
     from atat.stats.regression import SpecSkipped, check_size, select_sample
+    from atat.summary import robust_column
 
     cols = summary_columns(config) | {"test_acc"} | {
-        f"robust_acc_eps{eps_tag(e)}" for e in config["autoattack"]["epsilons"]}
+        robust_column(e) for e in config["autoattack"]["epsilons"]}
     if spec["response"] not in cols or not set(spec.get("regressors", [])) <= cols:
         return False
     if runs is None:

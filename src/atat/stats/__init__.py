@@ -23,12 +23,11 @@ from atat.stats.regression import (
     fit_spec,
     gamma_from_beta,
     load_specs,
-    robust_col,
 )
 
 __all__ = [
     "SpecSkipped", "assign_treatment", "causal_beta", "causal_ols", "causal_table",
     "cost_of_privacy", "cost_of_privacy_from_table", "delta_method_delta", "fit_all",
-    "fit_spec", "gamma_from_beta", "load_specs", "per_class_t_intervals", "robust_col",
+    "fit_spec", "gamma_from_beta", "load_specs", "per_class_t_intervals",
     "t_interval_mean", "wilson_from_rate", "wilson_interval",
 ]

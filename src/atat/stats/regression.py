@@ -55,7 +55,6 @@ __all__ = [
     "DEFAULTS",
     "TIDY_COLUMNS",
     "SpecSkipped",
-    "robust_col",
     "load_specs",
     "expand_grids",
     "select_sample",
@@ -109,12 +108,6 @@ TIDY_COLUMNS = [
 
 class SpecSkipped(Exception):
     """The specification cannot be estimated on the data given (reason in ``str(e)``)."""
-
-
-def robust_col(eps: float, attack: str | None = None) -> str:
-    """Column name of the AutoAttack robust accuracy at ``eps`` (``format(eps, 'g')``)."""
-    name = f"robust_acc_eps{format(float(eps), 'g')}"
-    return f"{name}_{attack}" if attack else name
 
 
 # --------------------------------------------------------------------------- specs
