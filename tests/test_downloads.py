@@ -255,3 +255,24 @@ def test_facenet_state_dict_with_logits_head_loads_strictly(tmp_path, no_network
     torch.save(net, pickled)  # a whole pickled module: refused by weights_only
     with pytest.raises(WeightFileError, match="InceptionResnetV1"):
         check_facenet_state_dict(pickled)
+
+
+@pytest.mark.parametrize("how", ["fetch", "fetch_weights"])
+def test_partial_downloads_of_killed_jobs_are_removed_young_ones_kept(tmp_path, server,
+                                                                       stylegan_blob, how):
+    import time
+
+    server.routes["/f"] = (stylegan_blob, None)
+    dest = tmp_path / "w" / "tiny.pkl"
+    dest.parent.mkdir()
+    stale, young = dest.parent / ".tiny.pkl.k1ll3d.part", dest.parent / ".tiny.pkl.4l1ve0.part"
+    for f in (stale, young):
+        f.write_bytes(b"\0" * 10)
+    old = time.time() - 25 * 3600  # a day old: its job is long dead
+    os.utime(stale, (old, old))
+    if how == "fetch":
+        fetch(f"{server.base}/f", dest, sha256=hashlib.sha256(stylegan_blob).hexdigest())
+    else:
+        fetch_weights("stylegan2", f"{server.base}/f", dest, key=KEY, lock_file=_lock(tmp_path))
+    assert dest.read_bytes() == stylegan_blob
+    assert not stale.exists() and young.exists()  # young: maybe another run's download

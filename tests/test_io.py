@@ -101,3 +101,25 @@ def test_the_next_write_removes_temporaries_of_killed_writers_only(tmp_path):
     assert current.exists() and unrelated.exists()
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
         [".model.pt.def456.tmp", ".other.pt.abc123.tmp", "model.pt"])
+
+
+def test_stale_build_directories_of_a_directory_output_are_removed(tmp_path):
+    import os
+
+    out = tmp_path / "datasets" / "synthfaces"
+    out.parent.mkdir()
+    old = io.PROCESS_STARTED - 60
+    stale = []
+    for name in (".synthfaces.tmp-x1y2z3", ".synthfaces.old-4242"):  # mkdtemp / install_dir
+        d = out.parent / name
+        (d / "private" / "images").mkdir(parents=True)
+        (d / "private" / "images" / "0.png").write_bytes(b"png")
+        os.utime(d, (old, old))
+        stale.append(d)
+    young = out.parent / ".synthfaces.tmp-n0w000"
+    young.mkdir()
+    other = out.parent / ".celeba.tmp-abcdef"
+    other.mkdir()
+    os.utime(other, (old, old))
+    assert sorted(io.remove_stale_temporaries(out)) == sorted(stale)
+    assert not any(d.exists() for d in stale) and young.exists() and other.exists()

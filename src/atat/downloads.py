@@ -5,6 +5,7 @@ output. Files already in place (offline clusters) are verified and used without 
 from __future__ import annotations
 
 import contextlib
+import glob
 import hashlib
 import logging
 import os
@@ -60,18 +61,31 @@ def fetch(url: str, dest: str | Path, *, sha256: str | None = None,
                                       f"machine with internet and place it at {dest}")
     from torch.hub import download_url_to_file
 
-    dest.parent.mkdir(parents=True, exist_ok=True)
+    _remove_stale_parts(dest)
     fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".part", dir=dest.parent)
     os.close(fd)
     try:
         log.info("downloading %s -> %s", url, dest)
-        download_url_to_file(url, tmp, progress=True)
+        download_url_to_file(url, tmp, progress=False)  # no carriage-return bar in the log
         verify(tmp, sha256=sha256, sha256_prefix=sha256_prefix, size=size)
         os.replace(tmp, dest)
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
     return dest
+
+
+def _remove_stale_parts(dest: Path) -> None:
+    """Create ``dest``'s directory; delete partial downloads of ``dest`` older than
+    STALE_PART_SECONDS (left by killed jobs; a younger one may belong to a job of another run
+    sharing the cache, still downloading)."""
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    now = time.time()
+    for stale in dest.parent.glob(f".{glob.escape(dest.name)}.*.part"):
+        with contextlib.suppress(OSError):
+            if now - stale.stat().st_mtime > STALE_PART_SECONDS:
+                stale.unlink()
+                log.info("removed %s, a partial download left by a killed job", stale)
 
 
 def torchvision_hash_prefix(url: str) -> str:
@@ -181,12 +195,7 @@ def _download_to_temp(url: str, dest: Path) -> Path:
     parallel jobs never share one); truncated transfers (Content-Length) raise."""
     from atat.data.prepare import _download_http
 
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    now = time.time()
-    for stale in dest.parent.glob(f".{dest.name}.*.part"):  # only old ones: another job may be writing
-        with contextlib.suppress(OSError):
-            if now - stale.stat().st_mtime > STALE_PART_SECONDS:
-                stale.unlink()
+    _remove_stale_parts(dest)
     fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".part", dir=dest.parent)
     try:
         with os.fdopen(fd, "wb") as fh:

@@ -39,10 +39,13 @@ class CheckpointError(RuntimeError):
 
 
 def temporaries_of(path: str | os.PathLike[str]) -> list[Path]:
-    """The temporaries :func:`atomic_path` creates for ``path`` (any process, any age)."""
+    """The temporaries written for ``path`` (any process, any age): files of
+    :func:`atomic_path` (``.<name>.<random>.tmp``), directories being built for a directory
+    output (``.<name>.tmp-<random>``) and the old directory :func:`install_dir` moves aside
+    (``.<name>.old-<pid>``)."""
     target = Path(path)
-    pattern = os.path.join(glob.escape(str(target.parent)), f".{glob.escape(target.name)}.*.tmp")
-    return [Path(p) for p in glob.glob(pattern)]
+    stem = os.path.join(glob.escape(str(target.parent)), f".{glob.escape(target.name)}.")
+    return [Path(p) for pattern in ("*.tmp", "tmp-*", "old-*") for p in glob.glob(stem + pattern)]
 
 
 def remove_stale_temporaries(path: str | os.PathLike[str], older_than: float | None = None) -> list[Path]:
@@ -53,12 +56,13 @@ def remove_stale_temporaries(path: str | os.PathLike[str], older_than: float | N
     removed = []
     for tmp in temporaries_of(path):
         with contextlib.suppress(OSError):
-            if tmp.stat().st_mtime < limit:
-                size = tmp.stat().st_size
-                tmp.unlink()
+            if tmp.lstat().st_mtime < limit:
+                if tmp.is_dir() and not tmp.is_symlink():
+                    shutil.rmtree(tmp)
+                else:
+                    tmp.unlink()
                 removed.append(tmp)
-                log.info("removed %s (%d bytes), left by an interrupted write of %s",
-                         tmp, size, Path(path).name)
+                log.info("removed %s, left by an interrupted write of %s", tmp, Path(path).name)
     return removed
 
 
