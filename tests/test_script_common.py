@@ -58,6 +58,7 @@ def copy_checkout(dest: Path) -> Path:
     return dest
 
 
+@pytest.mark.slow
 def test_two_checkouts_one_environment_each_job_runs_its_own_checkout(tmp_path):
     # The virtualenv running this test has an editable install of ROOT (its .pth puts
     # ROOT/src on sys.path); Snakemake's script preamble appends the main process's path

@@ -7,6 +7,7 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -25,6 +26,7 @@ grid:
 """
 
 
+@pytest.mark.slow
 def test_offline_a_missing_weight_file_fails_once_at_once_with_its_message(tmp_path):
     (tmp_path / "tiny.yaml").write_text(TINY)
     target = "resources/weights/lpips/vgg_v0.1.pth"
