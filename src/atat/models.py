@@ -4,6 +4,7 @@ replaced by a fresh Linear layer and the network split into feature extractor + 
 
 from __future__ import annotations
 
+import re
 from collections import OrderedDict
 from pathlib import Path
 
@@ -65,14 +66,18 @@ class Classifier(nn.Module):
         return self.head(h), hidden
 
 
-def weights_enum(architecture: str, weights: str) -> WeightsEnum:
-    _, enum = ARCHITECTURES[architecture]
-    return enum[weights]
+# torchvision's published DenseNet files name the dense layers' modules 'norm.1', 'conv.2', ...
+# (before '.' was disallowed in module names); torchvision renames them when it loads one
+# (torchvision.models.densenet._load_state_dict), and so must a load from the file on disk.
+_DENSENET_OLD_KEY = re.compile(
+    r"^(.*denselayer\d+\.(?:norm|relu|conv))\.((?:[12])\.(?:weight|bias|running_mean|running_var))$")
 
 
-def weights_filename(architecture: str, weights: str) -> str:
-    """File name torchvision uses for these weights (its hash prefix is checked on download)."""
-    return Path(weights_enum(architecture, weights).url).name
+def densenet_current_keys(state: dict[str, Tensor]) -> dict[str, Tensor]:
+    """A DenseNet state dict with the published files' old layer keys renamed to the
+    current module names (``denselayer1.norm.1.weight`` -> ``denselayer1.norm1.weight``)."""
+    return {(m.group(1) + m.group(2) if (m := _DENSENET_OLD_KEY.match(k)) else k): v
+            for k, v in state.items()}
 
 
 def build_model(architecture: str, n_classes: int, weights_path: str | Path | None = None
@@ -88,6 +93,8 @@ def build_model(architecture: str, n_classes: int, weights_path: str | Path | No
         if not path.is_file():
             raise FileNotFoundError(f"pretrained weights for {architecture} not found: {path}")
         state = torch_load(path, advice=DOWNLOAD_ADVICE)
+        if architecture.startswith("densenet"):
+            state = densenet_current_keys(state)
         net.load_state_dict(state)
     if architecture.startswith("resnet"):
         in_features = net.fc.in_features
