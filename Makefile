@@ -11,7 +11,7 @@ $(VENV)/.installed: pyproject.toml
 	$(VENV)/bin/pip install --quiet -e .
 	touch $@
 
-.PHONY: venv demo test dry-run-paper bench
+.PHONY: venv demo test test-paper-shapes dry-run-paper bench
 venv: $(VENV)/.installed
 
 demo: venv
@@ -19,6 +19,11 @@ demo: venv
 
 test: venv
 	$(VENV)/bin/python -m pytest -q
+
+# The paper config's rules at the paper's shapes (224/299/1024 px, real architectures and
+# weight-file formats) on CPU with random weights and fabricated data: tests/test_paper_shapes.py
+test-paper-shapes: venv
+	$(VENV)/bin/python -m pytest -q -m paper_shapes tests/test_paper_shapes.py
 
 dry-run-paper: venv
 	$(VENV)/bin/snakemake -n all
