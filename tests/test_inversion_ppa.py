@@ -113,6 +113,31 @@ def test_final_selection_keeps_best_in_descending_order():
     assert torch.allclose(scores[:2], all_scores[:2]) and torch.allclose(scores[2:], all_scores[3:5])
 
 
+def test_final_selection_renders_in_small_batches_with_the_same_result():
+    """Scoring batches of 250 must not render 250 full-resolution images at once."""
+    G, T = tiny_generator(), TinyTarget().eval()
+    sizes = []
+    synthesis = G.synthesis.forward
+
+    def counting(ws, *args, **kwargs):
+        sizes.append(len(ws))
+        return synthesis(ws, *args, **kwargs)
+
+    w = torch.randn(7, 1, 16)
+    targets = torch.tensor([0] * 7)
+    torch.manual_seed(0)
+    ref = core.final_selection(G, T, w, targets, samples_per_target=3, iterations=2,
+                               center_crop=None, resize=16, batch_size=7, render_batch_size=7)
+    G.synthesis.forward = counting
+    torch.manual_seed(0)
+    out = core.final_selection(G, T, w, targets, samples_per_target=3, iterations=2,
+                               center_crop=None, resize=16, batch_size=7, render_batch_size=3)
+    assert sizes == [3, 3, 1]
+    for a, b in zip(ref, out):
+        torch.testing.assert_close(a, b)
+    assert core.RENDER_BATCH_SIZE == 20  # official PPA create_image default
+
+
 def test_optimize_w_raises_target_confidence():
     G, T = tiny_generator(), TinyTarget().eval().requires_grad_(False)
     w0 = G.mapping(torch.randn(4, 16), None)[:, :1]

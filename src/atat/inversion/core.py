@@ -211,18 +211,28 @@ def optimize_w(G: nn.Module, target_model: nn.Module, w: torch.Tensor, targets: 
 
 
 # ------------------------------------------------------------------ final selection (§1.4)
+#: images rendered at once by :func:`final_selection` (official PPA ``create_image`` default)
+RENDER_BATCH_SIZE = 20
+
+
 @torch.no_grad()
 def final_selection(G: nn.Module, target_model: nn.Module, w: torch.Tensor,
                     targets: torch.Tensor, *, samples_per_target: int, iterations: int,
                     center_crop: int | None, resize: int,
                     rrc_scale: Sequence[float] | None = (0.5, 0.9),
                     rrc_ratio: Sequence[float] = (0.8, 1.2), flip: float = 0.5,
-                    batch_size: int = 250) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                    batch_size: int = 250, render_batch_size: int = RENDER_BATCH_SIZE,
+                    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Per target class: score every candidate by its mean target confidence over
     ``iterations`` random transforms (RandomResizedCrop, unless ``rrc_scale`` is None as in
     PPDG, then RandomHorizontalFlip; one draw per call), keep the best
     ``samples_per_target`` in descending score order. Classes in ascending order.
-    Returns (w, targets, scores) of the kept candidates."""
+    Returns (w, targets, scores) of the kept candidates.
+
+    Candidates are scored ``batch_size`` at a time but rendered ``render_batch_size`` at a time
+    and resized to ``resize`` at once, as the official PPA (``create_image``'s batches of 20,
+    then a DataLoader of ``batch_size`` over the resized images): 250 full-resolution 1024 px
+    images through the synthesis network at once would need ~100 GiB."""
     ops: list = []
     if rrc_scale is not None:
         ops.append(T.RandomResizedCrop(resize, scale=tuple(rrc_scale), ratio=tuple(rrc_ratio),
@@ -235,7 +245,9 @@ def final_selection(G: nn.Module, target_model: nn.Module, w: torch.Tensor,
         scores = torch.zeros(len(idx))
         for i in range(0, len(idx), batch_size):
             sub = idx[i:i + batch_size]
-            imgs = preprocess(render(G, w[sub]), center_crop, resize)
+            imgs = torch.cat([preprocess(render(G, w[sub[j:j + render_batch_size]]),
+                                         center_crop, resize)
+                              for j in range(0, len(sub), render_batch_size)])
             acc = torch.zeros(len(sub))
             for _ in range(iterations):
                 conf = target_model(tf(imgs)).softmax(dim=1)[:, cls]
