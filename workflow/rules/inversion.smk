@@ -5,7 +5,7 @@
 # declared, so a failed job keeps it and a rerun continues).
 
 from atat.config import inversion_params  # noqa: E402
-from atat.inversion_resources import ppdg_gpu_memory_mb  # noqa: E402
+from atat.inversion_resources import gpu_memory_mb  # noqa: E402
 
 TRAINED_GENERATORS = [n for n, g in config.get("generators", {}).items() if "train" in g]
 INV_RUNS = [r for r in RUNS] if INV_ATTACKS else []
@@ -67,14 +67,21 @@ def generator_resolution(name):
 
 
 def invert_gpu_mem_mb(wildcards):
-    """PPDG's estimated GPU peak (atat.inversion_resources: generator tuning on the
-    num_inv_points pivots at full resolution, measured at 256/512 px and extrapolated); not
-    declared for PPA/IF-GMI (None), whose footprint was not measured."""
-    if wildcards.attack != "ppdg":
-        return None
-    p = inversion_params(config, wildcards.dataset, wildcards.arch, wildcards.defense, "ppdg")
-    res = generator_resolution(config["datasets"][wildcards.dataset]["generator"])
-    return ppdg_gpu_memory_mb(res, int(p["num_inv_points"]), p["measure"])
+    """Estimated GPU peak of one inversion job (atat.inversion_resources: measured at
+    256/512/1024 px on CPU, extrapolated): the optimisation batch with gradients, PPDG's
+    generator tuning on num_inv_points pivots, the largest batch rendered without gradient."""
+    p = inversion_params(config, wildcards.dataset, wildcards.arch, wildcards.defense,
+                         wildcards.attack)
+    bs = int(p["batch_size"])
+    render = {"ppa": max(int(p["candidates"]["batch_size"]), bs),  # search, scoring
+              "ifgmi": int(p["candidates"]["batch_size"]),
+              "ppdg": max(int(p["candidates"]["batch_size"]), 2 * bs)}[wildcards.attack]
+    return gpu_memory_mb(
+        wildcards.attack,
+        resolution=generator_resolution(config["datasets"][wildcards.dataset]["generator"]),
+        batch_size=bs, architecture=wildcards.arch, input_resolution=p["input_resolution"],
+        render_batch_size=max(render, 20),  # final selection renders 20 at a time
+        n_points=int(p.get("num_inv_points", 1)), measure=p.get("measure", "pointwise"))
 
 
 rule train_generator:
@@ -128,12 +135,13 @@ rule invert:
     threads: 8
     resources:
         gpu=1,
-        # host RAM; also covers a CPU run of PPDG at 1024 px with 5 points (~32 GiB of
-        # tuning tensors, atat.inversion_resources)
+        # host RAM; a CPU run at 1024 px needs about the GPU figure below (PPA ~46 GiB of
+        # tensors at batch 25, PPDG's tuning ~31 GiB at 5 points: atat.inversion_resources)
         mem_mb=48000,
-        # PPDG only: estimated GPU memory, 37000 MB at the paper's 1024 px / 5 points (a
-        # 48 GB A6000 or 80 GB A100/H100; a 40 GB A100 is marginal). Not a standard Snakemake
-        # resource: informative, or a cap with --resources gpu_mem_mb=N (global scope).
+        # estimated GPU memory (atat.inversion_resources), at the paper's 1024 px with a
+        # ResNet-152 target: PPA (batch 25) 55000 MB, IF-GMI and PPDG (batch 20) 44000 MB;
+        # PPDG's tuning on 5 points (~37 GiB) is below its optimisation batch. Not a standard
+        # Snakemake resource: informative, or a cap with --resources gpu_mem_mb=N (global).
         gpu_mem_mb=invert_gpu_mem_mb,
         runtime=24 * 60,
     conda:
