@@ -601,6 +601,10 @@ def run_split_attack(attack: str, params: Mapping[str, Any], nets: Mapping[str, 
             result = ifgmi.run_ifgmi(G, nets["target"], params, scorer, progress=False,
                                      log=lambda _m: None)
         elif attack == "ppdg":
+            if params["perceptual"] != "public_embedding":
+                raise ValueError(f"bench: PPDG's perceptual network {params['perceptual']!r} "
+                                 "needs downloaded weights; the benchmark runs the demo's "
+                                 "inversion.ppdg.perceptual: public_embedding")
             net = build_perceptual(params["perceptual"], module=nets["perceptual"])
             result = ppdg.run_ppdg(G, nets["D"], nets["target"], params, scorer, net,
                                    progress=False, log=lambda _m: None)
@@ -614,8 +618,9 @@ def run_split_attack(attack: str, params: Mapping[str, Any], nets: Mapping[str, 
             p.__exit__()
         for h in handles:
             h.remove()
-    wall = time.perf_counter() - t0
-    return {"wall": wall, "parts": split.stop(), "n_images": len(result["frame"]),
+    parts = split.stop()   # the parts tile [t0, split.t]: they add up to the wall time
+    wall = split.t - t0
+    return {"wall": wall, "parts": parts, "n_images": len(result["frame"]),
             "phases": phases, "result": result}
 
 
@@ -624,7 +629,11 @@ def bench_inversion(cfg: Mapping[str, Any], cache: Path, *, attacks: Sequence[st
                     ) -> list[Row]:
     """PPA, IF-GMI and PPDG at the demo's settings on random networks of the demo's shapes,
     per final (scored) image: the total, then each part of :data:`INVERSION_PARTS` as its
-    share of the total (``n_classes`` of the dataset's classes are attacked; None = all)."""
+    share of the total (``n_classes`` of the dataset's classes are attacked; None = all).
+
+    Per-image costs are close to linear in the classes, except PPA's and IF-GMI's candidate
+    search, which scores ``search_space_size`` latents once per job: with 2 of 20 classes its
+    share is ~10x what it is in a full demo job (the note's ``phases`` show it)."""
     from atat.config import inversion_params
 
     ds = cfg["datasets"]["synthfaces"]
