@@ -735,8 +735,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--threads", type=int, default=1,
                     help="torch threads (the demo runs one thread per job)")
     ap.add_argument("--quick", action="store_true",
-                    help="tiny sizes (batch 8, 8 AutoAttack examples, 1 epoch): checks that the "
-                         "benchmark runs, numbers not meaningful")
+                    help="tiny sizes (batch 8, 8 AutoAttack examples, 1 epoch, inversion on 1 class "
+                         "with 2 steps per stage): checks that the benchmark runs, numbers not "
+                         "meaningful")
     ap.add_argument("--inversion-classes", type=int, default=2,
                     help="classes attacked per inversion job (the demo attacks all 20; the "
                          "per-image cost is close to linear in the classes)")
