@@ -166,3 +166,43 @@ def test_cli(tmp_path, capsys):
     out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert out["public"] == {"public": 2} and sum(out["private"].values()) == 6
     assert (tmp_path / "sheet.png").is_file()
+
+
+# Hashes of the raw RGB bytes rendered by render_face, recorded before render_face was split
+# into named drawing steps (issue 15 item 5): any change to what is drawn, or to the order of
+# the per-image random draws, changes them. Cases: (pool, identities, images each, resolution,
+# nuisance, rotation), identities of seed 3; together they draw every hair style, beard, face,
+# eye, nose and brow shape, hats, glasses and earrings.
+RENDER_GOLDEN = {
+    ("private", 48, 2, 32, 1.0, True):
+        "b1b622457c98e93abd212adbc02f23163b896187d7a1775a30bf1993ba2e703f",
+    ("public", 16, 2, 64, 1.0, True):
+        "036ac99fe6e86ce59c5c38d02105777d8a1c52483c74c917dfdd4f4fbd57a6f8",
+    ("private", 8, 2, 48, 0.0, True):
+        "262f2eb567da2c3ce2753aca20bc74cbea84af2985b44cdaf9330d7122748051",
+    ("private", 8, 2, 40, 2.0, False):
+        "9f318ac99ef06a30c8796af309a87f2bfbc7191b5efbdf69b726ee9f6166dbc5",
+}
+
+
+def test_render_face_draws_exactly_the_recorded_images():
+    seen: dict[str, set] = {k: set() for k in ("hair_style", "beard", "face_shape", "eye_shape",
+                                              "nose_shape", "brow_shape")}
+    accessories = set()
+    for (pool, n_id, n_img, res, nz, rot), expected in RENDER_GOLDEN.items():
+        h = hashlib.sha256()
+        for ident in sf.make_identities(n_id, pool, seed=3):
+            for k, values in seen.items():
+                values.add(ident[k])
+            accessories |= {k for k in ("hat", "glasses", "earrings") if ident[k] is not None}
+            for j in range(n_img):
+                rng = sf._rng(3, 2, sf.POOLS[pool][1], ident["index"], j)
+                img = sf.render_face(ident, rng, resolution=res, nuisance=nz, rotation=rot)
+                assert img.size == (res, res) and img.mode == "RGB"
+                h.update(img.tobytes())
+        assert h.hexdigest() == expected, (pool, n_id, n_img, res, nz, rot)
+    assert seen["hair_style"] == set(sf.HAIR_STYLES)
+    assert seen["beard"] == {None, "full", "goatee", "stubble"}
+    assert seen["face_shape"] == set(sf.FACE_SHAPES) and seen["nose_shape"] == set(sf.NOSE_SHAPES)
+    assert seen["eye_shape"] == set(sf.EYE_SHAPES) and seen["brow_shape"] == set(sf.BROW_SHAPES)
+    assert accessories == {"hat", "glasses", "earrings"}
