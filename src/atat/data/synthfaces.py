@@ -45,6 +45,7 @@ CLI: ``python -m atat.data.synthfaces --out DIR [--n-private 20 --n-public 40 ..
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import os
@@ -378,14 +379,26 @@ def _hair_cap_mask(P: _Painter, idt, cx, cy, a, b, vol, y_cut, side_low=None, sw
     return m, d
 
 
-def render_face(ident: dict[str, Any], rng: np.random.RandomState, resolution: int = 64,
-                nuisance: float = 1.0, rotation: bool = True) -> Image.Image:
-    """Render one RGB image of ``ident`` with per-image nuisance drawn from ``rng``."""
-    R = _render_size(resolution)
-    nz = float(nuisance)
-    P = _Painter(R)
+@dataclasses.dataclass(frozen=True)
+class _Look:
+    """The per-image nuisance of one rendering, drawn from the image's RNG in a fixed order."""
 
-    # ---------------- per-image nuisance draws (fixed order -> reproducible) ----------
+    yaw: float
+    smile: float
+    mouth_open: bool
+    openness: float
+    brow_raise: float
+    gaze: tuple[float, float]
+    wear: dict[str, bool]
+    hair_rgb: tuple[int, int, int]
+    skin: tuple[int, int, int]
+    cloth: tuple[int, int, int]
+    cloth_kind: int
+    hair_len: float
+
+
+def _draw_look(ident: dict[str, Any], rng: np.random.RandomState, nz: float) -> _Look:
+    """The first random draws of an image: pose, expression, accessories worn, colours."""
     yaw = _u(rng, -1, 1) * min(1.0, nz)
     smile = _u(rng, -0.35, 1.0)
     mouth_open = rng.rand() < 0.2 * min(1.0, nz)
@@ -399,39 +412,71 @@ def render_face(ident: dict[str, Any], rng: np.random.RandomState, resolution: i
     cloth = _clip_rgb(rng.uniform(20, 235, 3))
     cloth_kind = _choice(rng, 2)
     hair_len = _u(rng, 0.9, 1.1)
+    return _Look(yaw=yaw, smile=smile, mouth_open=mouth_open, openness=openness,
+                 brow_raise=brow_raise, gaze=gaze, wear=wear, hair_rgb=hair_rgb, skin=skin,
+                 cloth=cloth, cloth_kind=cloth_kind, hair_len=hair_len)
 
+
+@dataclasses.dataclass(frozen=True)
+class _Face:
+    """Where the face and its features lie on the canvas (no random draws)."""
+
+    a: float  # face half width
+    b: float  # face half height
+    cx: float
+    cy: float
+    fx: float  # centre of the inner features (shifted with yaw)
+    y_hair: float
+    mouth_y: float
+    mouth_w: float
+    lip_t: float
+    eye_y: float
+    eye_off: float
+    eye_rx: float
+    eye_ry_full: float
+    eye_ry: float
+
+
+def _face_geometry(ident: dict[str, Any], look: _Look) -> _Face:
     a = ident["face_half_width"]
     b = a * ident["face_aspect"]
     cx, cy = 0.5, 0.47
-    fx = cx + 0.22 * a * yaw  # inner features shift with yaw
-    shade = _scale(skin, 0.8)
-    hc = hair_rgb
-    style = ident["hair_style"]
-    vol = ident["hair_volume"]
-    y_hair = cy - ident["hairline"] * b
+    rx = ident["eye_size"] * a
+    ry_full = rx * EYE_ASPECT[ident["eye_shape"]]
+    return _Face(a=a, b=b, cx=cx, cy=cy, fx=cx + 0.22 * a * look.yaw,
+                 y_hair=cy - ident["hairline"] * b, mouth_y=cy + ident["mouth_pos"] * b,
+                 mouth_w=ident["mouth_width"] * a, lip_t=ident["lip_thickness"] * a,
+                 eye_y=cy - ident["eye_height"] * b, eye_off=ident["eye_spacing"] * a,
+                 eye_rx=rx, eye_ry_full=ry_full, eye_ry=max(0.004, ry_full * look.openness))
 
-    # ---------------- body, neck, back hair ----------------
-    P.ellipse(cx, cy + b + 0.42, 2.3 * a, 0.4, cloth)
-    if cloth_kind == 1:  # collar / v-neck
+
+def _paint_body_and_back_hair(P: _Painter, ident: dict[str, Any], look: _Look, f: _Face) -> None:
+    a, b, cx, cy, skin, hc = f.a, f.b, f.cx, f.cy, look.skin, look.hair_rgb
+    style, vol = ident["hair_style"], ident["hair_volume"]
+    P.ellipse(cx, cy + b + 0.42, 2.3 * a, 0.4, look.cloth)
+    if look.cloth_kind == 1:  # collar / v-neck
         P.polygon([(cx - 0.45 * a, cy + b + 0.02), (cx + 0.45 * a, cy + b + 0.02), (cx, cy + b + 0.16)], skin)
     P.polygon([(cx - 0.42 * a, cy + 0.4 * b), (cx + 0.42 * a, cy + 0.4 * b),
                (cx + 0.48 * a, cy + b + 0.06), (cx - 0.48 * a, cy + b + 0.06)], _scale(skin, 0.88))
     if style == "long":
         m, d = P.mask()
         d.rounded_rectangle(P.box(cx - 1.3 * a * vol, cy - b * 1.05, cx + 1.3 * a * vol,
-                                  cy + b * (0.6 + 0.7 * hair_len)), radius=0.5 * a * P.R, fill=255)
+                                  cy + b * (0.6 + 0.7 * look.hair_len)), radius=0.5 * a * P.R, fill=255)
         P.paste(hc, m)
     elif style == "afro":
         P.ellipse(cx, cy - 0.45 * b, 1.55 * a * vol, 1.1 * b * vol, hc)
     elif style == "bun":
         P.ellipse(cx, cy - 1.08 * b, 0.42 * a, 0.32 * a, hc)
 
-    # ---------------- ears + earrings ----------------
+
+def _paint_ears(P: _Painter, ident: dict[str, Any], look: _Look, f: _Face) -> None:
+    a, b, cx, cy, yaw = f.a, f.b, f.cx, f.cy, look.yaw
     for s in (-1, 1):
         ew = 0.18 * a * (1 - 0.45 * s * yaw)
         ex = cx + s * (a * 0.97 - 0.05 * a * s * yaw)
-        P.ellipse(ex, cy + 0.02 * b, ew, 0.27 * a, _scale(skin, 0.95), outline=shade, width=0.006)
-        if ident["earrings"] is not None and wear["earrings"]:
+        P.ellipse(ex, cy + 0.02 * b, ew, 0.27 * a, _scale(look.skin, 0.95), outline=_scale(look.skin, 0.8),
+                  width=0.006)
+        if ident["earrings"] is not None and look.wear["earrings"]:
             er = ident["earrings"]
             ey = cy + 0.02 * b + 0.3 * a
             if er["hoop"]:
@@ -439,9 +484,11 @@ def render_face(ident: dict[str, Any], rng: np.random.RandomState, resolution: i
             else:
                 P.ellipse(ex, ey, 0.055 * a, 0.055 * a, er["rgb"])
 
-    # ---------------- face ----------------
+
+def _paint_face(P: _Painter, ident: dict[str, Any], look: _Look, f: _Face) -> None:
+    a, b, cx, cy, fx, skin = f.a, f.b, f.cx, f.cy, f.fx, look.skin
     m, _ = _face_mask(P, ident["face_shape"], cx, cy, a, b)
-    P.paste(shade, _face_mask(P, ident["face_shape"], cx, cy, a, b, grow=1.015)[0])
+    P.paste(_scale(skin, 0.8), _face_mask(P, ident["face_shape"], cx, cy, a, b, grow=1.015)[0])
     P.paste(skin, m)
     if ident["blush"]:
         for s in (-1, 1):
@@ -453,23 +500,25 @@ def render_face(ident: dict[str, Any], rng: np.random.RandomState, resolution: i
         mx, my = ident["mole"]
         P.ellipse(fx + mx * a, cy + my * b, 0.035 * a, 0.035 * a, (70, 40, 30))
 
-    # ---------------- beard ----------------
-    my_ = cy + ident["mouth_pos"] * b
-    mw = ident["mouth_width"] * a
-    lt = ident["lip_thickness"] * a
+
+def _paint_beard(P: _Painter, ident: dict[str, Any], look: _Look, f: _Face) -> None:
+    a, b, cx, cy, hc = f.a, f.b, f.cx, f.cy, look.hair_rgb
     beard = ident["beard"]
     if beard in ("full", "stubble"):
         bm, bd = _face_mask(P, ident["face_shape"], cx, cy, a, b, grow=1.02)
         bd.rectangle(P.box(cx - 2 * a, cy - 2 * b, cx + 2 * a, cy + 0.22 * b), fill=0)
         bd.ellipse(P.box(cx - 0.5 * a, cy + 0.18 * b, cx + 0.5 * a, cy + 0.36 * b), fill=0)
-        P.paste(hc if beard == "full" else _mix(skin, hc, 0.45), bm)
+        P.paste(hc if beard == "full" else _mix(look.skin, hc, 0.45), bm)
     elif beard == "goatee":
-        P.ellipse(fx, cy + 0.86 * b, 0.3 * a, 0.17 * b, hc)
+        P.ellipse(f.fx, cy + 0.86 * b, 0.3 * a, 0.17 * b, hc)
 
-    # ---------------- hair (front) ----------------
+
+def _paint_front_hair(P: _Painter, ident: dict[str, Any], look: _Look, f: _Face) -> None:
+    a, b, cx, cy, y_hair, hc = f.a, f.b, f.cx, f.cy, f.y_hair, look.hair_rgb
+    style, vol = ident["hair_style"], ident["hair_volume"]
     if style == "buzz":
         m, _ = _hair_cap_mask(P, ident, cx, cy, a, b, 1.02, y_hair)
-        P.paste(_mix(skin, hc, 0.6), m)
+        P.paste(_mix(look.skin, hc, 0.6), m)
     elif style in ("short", "long", "curly", "bun", "afro"):
         side_low = cy - 0.05 * b if style != "long" else cy + 0.2 * b
         m, _ = _hair_cap_mask(P, ident, cx, cy, a, b, vol if style != "bun" else 1.04, y_hair, side_low)
@@ -491,41 +540,42 @@ def render_face(ident: dict[str, Any], rng: np.random.RandomState, resolution: i
         P.line([(cx + s * 0.45 * a, cy - b * vol), (cx + s * 0.38 * a, y_hair - 0.05 * b - s * 0.0)],
                _scale(hc, 0.6), 0.012)
 
-    # ---------------- hat ----------------
-    if ident["hat"] is not None and wear["hat"]:
-        hcol = ident["hat"]["rgb"]
-        m, d = P.mask()
-        d.ellipse(P.box(cx - 1.12 * a, cy - 1.22 * b, cx + 1.12 * a, cy + 0.2 * b), fill=255)
-        d.rectangle(P.box(cx - 2 * a, cy - 0.52 * b, cx + 2 * a, cy + 2 * b), fill=0)
-        P.paste(hcol, m)
-        if ident["hat"]["kind"] == "beanie":
-            P.polygon([(cx - 1.13 * a, cy - 0.66 * b), (cx + 1.13 * a, cy - 0.66 * b),
-                       (cx + 1.14 * a, cy - 0.5 * b), (cx - 1.14 * a, cy - 0.5 * b)], _scale(hcol, 0.75))
-        else:
-            P.ellipse(cx, cy - 0.52 * b, 1.35 * a, 0.1 * a, _scale(hcol, 0.8))
 
-    # ---------------- eyes ----------------
-    ey = cy - ident["eye_height"] * b
-    ex_off = ident["eye_spacing"] * a
-    rx = ident["eye_size"] * a
-    ry_full = rx * EYE_ASPECT[ident["eye_shape"]]
-    ry = max(0.004, ry_full * openness)
+def _paint_hat(P: _Painter, ident: dict[str, Any], look: _Look, f: _Face) -> None:
+    if ident["hat"] is None or not look.wear["hat"]:
+        return
+    a, b, cx, cy = f.a, f.b, f.cx, f.cy
+    hcol = ident["hat"]["rgb"]
+    m, d = P.mask()
+    d.ellipse(P.box(cx - 1.12 * a, cy - 1.22 * b, cx + 1.12 * a, cy + 0.2 * b), fill=255)
+    d.rectangle(P.box(cx - 2 * a, cy - 0.52 * b, cx + 2 * a, cy + 2 * b), fill=0)
+    P.paste(hcol, m)
+    if ident["hat"]["kind"] == "beanie":
+        P.polygon([(cx - 1.13 * a, cy - 0.66 * b), (cx + 1.13 * a, cy - 0.66 * b),
+                   (cx + 1.14 * a, cy - 0.5 * b), (cx - 1.14 * a, cy - 0.5 * b)], _scale(hcol, 0.75))
+    else:
+        P.ellipse(cx, cy - 0.52 * b, 1.35 * a, 0.1 * a, _scale(hcol, 0.8))
+
+
+def _paint_eyes_and_brows(P: _Painter, ident: dict[str, Any], look: _Look, f: _Face) -> None:
+    a, fx, yaw = f.a, f.fx, look.yaw
+    ey, rx, ry = f.eye_y, f.eye_rx, f.eye_ry
     for s in (-1, 1):
-        ex = fx + s * ex_off * (1 - 0.12 * s * yaw)
-        P.ellipse(ex, ey, rx, ry, (245, 245, 240), outline=_scale(skin, 0.55), width=0.006)
-        if openness > 0.2:
+        ex = fx + s * f.eye_off * (1 - 0.12 * s * yaw)
+        P.ellipse(ex, ey, rx, ry, (245, 245, 240), outline=_scale(look.skin, 0.55), width=0.006)
+        if look.openness > 0.2:
             ri = rx * 0.5
-            ix, iy = ex + gaze[0] * rx, ey + gaze[1] * ry
+            ix, iy = ex + look.gaze[0] * rx, ey + look.gaze[1] * ry
             P.ellipse(ix, iy, ri, min(ri, ry * 0.95), ident["eye_rgb"])
             P.ellipse(ix, iy, ri * 0.45, min(ri * 0.45, ry * 0.6), (10, 10, 10))
         P.line([(ex - rx, ey), (ex - 0.5 * rx, ey - ry), (ex + 0.5 * rx, ey - ry), (ex + rx, ey)],
                (40, 28, 24), 0.008)
         # eyebrow
-        by = ey - ry_full - ident["brow_gap"] * a - brow_raise
+        by = ey - f.eye_ry_full - ident["brow_gap"] * a - look.brow_raise
         bt = ident["brow_thickness"] * a
         bl = rx * 1.25
         tilt = ident["brow_tilt"] * s
-        brow_rgb = _scale(hc, 0.8) if style not in ("bald",) else (50, 40, 35)
+        brow_rgb = _scale(look.hair_rgb, 0.8) if ident["hair_style"] not in ("bald",) else (50, 40, 35)
         if ident["brow_shape"] == "straight":
             pts = [(ex - bl, by + tilt * bl), (ex + bl, by - tilt * bl)]
         elif ident["brow_shape"] == "arched":
@@ -535,28 +585,33 @@ def render_face(ident: dict[str, Any], rng: np.random.RandomState, resolution: i
             pts = [(ex - s * bl, by + 0.15 * bl), (ex + s * 0.35 * bl, by - 0.25 * bl), (ex + s * bl, by + 0.1 * bl)]
         P.line(pts, brow_rgb, bt)
 
-    # ---------------- glasses ----------------
-    gl = ident["glasses"]
-    if gl is not None and wear["glasses"]:
-        gr = rx * 1.45
-        gt = gl["thickness"] * a
-        lens = (35, 35, 45) if gl["sun"] else None
-        for s in (-1, 1):
-            ex = fx + s * ex_off * (1 - 0.12 * s * yaw)
-            bx = P.box(ex - gr, ey - 0.8 * gr, ex + gr, ey + 0.8 * gr)
-            if gl["shape"] == "round":
-                P.draw.ellipse(bx, fill=_rgba(lens), outline=_rgba(gl["rgb"]), width=P.w(gt))
-            else:
-                P.draw.rounded_rectangle(bx, radius=0.25 * gr * P.R, fill=_rgba(lens),
-                                         outline=_rgba(gl["rgb"]), width=P.w(gt))
-            P.line([(ex + s * gr, ey - 0.2 * gr), (cx + s * a * 0.98, ey - 0.1 * gr)], gl["rgb"], gt * 0.8)
-        P.line([(fx - ex_off + gr, ey - 0.15 * gr), (fx + ex_off - gr, ey - 0.15 * gr)], gl["rgb"], gt)
 
-    # ---------------- nose ----------------
-    nx = fx + 0.1 * a * yaw
-    ntop = ey + 0.05 * b
-    L = ident["nose_length"] * b
-    nw = ident["nose_width"] * a
+def _paint_glasses(P: _Painter, ident: dict[str, Any], look: _Look, f: _Face) -> None:
+    gl = ident["glasses"]
+    if gl is None or not look.wear["glasses"]:
+        return
+    a, fx, ey, ex_off = f.a, f.fx, f.eye_y, f.eye_off
+    gr = f.eye_rx * 1.45
+    gt = gl["thickness"] * a
+    lens = (35, 35, 45) if gl["sun"] else None
+    for s in (-1, 1):
+        ex = fx + s * ex_off * (1 - 0.12 * s * look.yaw)
+        bx = P.box(ex - gr, ey - 0.8 * gr, ex + gr, ey + 0.8 * gr)
+        if gl["shape"] == "round":
+            P.draw.ellipse(bx, fill=_rgba(lens), outline=_rgba(gl["rgb"]), width=P.w(gt))
+        else:
+            P.draw.rounded_rectangle(bx, radius=0.25 * gr * P.R, fill=_rgba(lens),
+                                     outline=_rgba(gl["rgb"]), width=P.w(gt))
+        P.line([(ex + s * gr, ey - 0.2 * gr), (f.cx + s * a * 0.98, ey - 0.1 * gr)], gl["rgb"], gt * 0.8)
+    P.line([(fx - ex_off + gr, ey - 0.15 * gr), (fx + ex_off - gr, ey - 0.15 * gr)], gl["rgb"], gt)
+
+
+def _paint_nose(P: _Painter, ident: dict[str, Any], look: _Look, f: _Face) -> None:
+    skin = look.skin
+    nx = f.fx + 0.1 * f.a * look.yaw
+    ntop = f.eye_y + 0.05 * f.b
+    L = ident["nose_length"] * f.b
+    nw = ident["nose_width"] * f.a
     ns = ident["nose_shape"]
     dark = _scale(skin, 0.62)
     if ns == "triangle":
@@ -568,36 +623,47 @@ def render_face(ident: dict[str, Any], rng: np.random.RandomState, resolution: i
     else:  # wide
         P.ellipse(nx, ntop + L - 0.15 * nw, 0.55 * nw, 0.2 * nw, _scale(skin, 0.86), outline=dark, width=0.005)
     for s in (-1, 1):
-        P.ellipse(nx + s * 0.22 * nw, ntop + L - 0.02 * b, 0.06 * nw, 0.045 * nw, (60, 35, 30))
+        P.ellipse(nx + s * 0.22 * nw, ntop + L - 0.02 * f.b, 0.06 * nw, 0.045 * nw, (60, 35, 30))
 
-    # ---------------- mouth ----------------
-    mx = fx + 0.06 * a * yaw
-    k = 0.16 * mw * smile
+
+def _paint_mouth(P: _Painter, ident: dict[str, Any], look: _Look, f: _Face) -> None:
+    mw, lt = f.mouth_w, f.lip_t
+    mx = f.fx + 0.06 * f.a * look.yaw
+    k = 0.16 * mw * look.smile
     xs = np.linspace(-1, 1, 15)
     taper = np.sqrt(np.clip(1 - xs ** 2, 0, 1))
-    yc = my_ + k * (0.5 - xs ** 2)
-    gap = 0.35 * lt if mouth_open else 0.0
+    yc = f.mouth_y + k * (0.5 - xs ** 2)
+    gap = 0.35 * lt if look.mouth_open else 0.0
     upper = [(mx + 0.5 * mw * x, y - (0.55 * lt + 0.5 * gap) * t) for x, y, t in zip(xs, yc, taper)]
     lower = [(mx + 0.5 * mw * x, y + (0.6 * lt + 0.5 * gap) * t) for x, y, t in zip(xs, yc, taper)]
     P.polygon(upper + lower[::-1], ident["lip_rgb"])
-    if mouth_open:
+    if look.mouth_open:
         inner_u = [(mx + 0.45 * mw * x, y - 0.5 * gap * t) for x, y, t in zip(xs, yc, taper)]
         inner_l = [(mx + 0.45 * mw * x, y + 0.5 * gap * t) for x, y, t in zip(xs, yc, taper)]
         P.polygon(inner_u + inner_l[::-1], (70, 20, 25))
     else:
         P.line([(mx + 0.5 * mw * x, y) for x, y in zip(xs, yc)], _scale(ident["lip_rgb"], 0.6), 0.005)
     if ident["moustache"]:
-        mt = 0.1 * a
+        mt = 0.1 * f.a
         top = [(mx + 0.55 * mw * x, y - 0.55 * lt - mt * (0.4 + 0.6 * t)) for x, y, t in zip(xs, yc, taper)]
         bot = [(mx + 0.55 * mw * x, y - 0.45 * lt) for x, y in zip(xs, yc)]
-        P.polygon(top + bot[::-1], hc)
+        P.polygon(top + bot[::-1], look.hair_rgb)
 
-    # ---------------- geometric nuisance: affine (scale, rotation, translation) ----------
+
+#: the drawing steps of a face, back to front
+_PAINT_STEPS = (_paint_body_and_back_hair, _paint_ears, _paint_face, _paint_beard, _paint_front_hair,
+                _paint_hat, _paint_eyes_and_brows, _paint_glasses, _paint_nose, _paint_mouth)
+
+
+def _place_layer(P: _Painter, rng: np.random.RandomState, f: _Face, nz: float, rotation: bool) -> Image.Image:
+    """Geometric nuisance: the painted layer under a random affine map (scale, rotation,
+    translation about the face centre), cropped to the R x R canvas."""
+    R = P.R
     sc = math.exp(_u(rng, -0.14, 0.14) * nz)
     ang = math.radians(_u(rng, -12, 12) * nz) if rotation else 0.0
     tx, ty = _u(rng, -0.08, 0.08) * nz, _u(rng, -0.06, 0.06) * nz
     # output pixel (u, v) -> layer pixel: inverse of [translate(c+t) . rot . scale . translate(-c)]
-    c0 = np.array([cx * R, cy * R])
+    c0 = np.array([f.cx * R, f.cy * R])
     cos, sin = math.cos(ang), math.sin(ang)
     Minv = np.array([[cos, sin], [-sin, cos]]) / sc
     shift = c0 + np.array([tx * R, ty * R])
@@ -605,31 +671,38 @@ def render_face(ident: dict[str, Any], rng: np.random.RandomState, resolution: i
     # layer = Minv @ (out - shift) + c0 + off
     bvec = -Minv @ shift + c0 + off
     coeffs = (Minv[0, 0], Minv[0, 1], bvec[0], Minv[1, 0], Minv[1, 1], bvec[1])
-    layer = P.img.transform((R, R), Image.Transform.AFFINE, coeffs, resample=Image.Resampling.BILINEAR)
+    return P.img.transform((R, R), Image.Transform.AFFINE, coeffs, resample=Image.Resampling.BILINEAR)
 
-    # ---------------- background + composite ----------------
+
+def _composite(layer: Image.Image, rng: np.random.RandomState, R: int, nz: float) -> np.ndarray:
+    """The face layer over a random background (float RGB, R x R)."""
     bg = _background(rng, R, nz)
     la = np.asarray(layer, dtype=np.float32)
     alpha = la[..., 3:4] / 255.0
-    img = la[..., :3] * alpha + bg * (1 - alpha)
+    return la[..., :3] * alpha + bg * (1 - alpha)
 
-    # ---------------- occluder (hand / object / scarf stand-in) ----------------
-    if rng.rand() < min(1.0, 0.3 * nz):
-        occ = Image.fromarray(np.clip(np.round(img), 0, 255).astype(np.uint8))
-        od = ImageDraw.Draw(occ)
-        ocol = _clip_rgb(rng.uniform(20, 235, 3))
-        ox, oy = _u(rng, 0.25, 0.75) * R, _u(rng, 0.2, 0.8) * R
-        ow, oh = _u(rng, 0.08, 0.2) * R, _u(rng, 0.06, 0.16) * R
-        kind = _choice(rng, 3)
-        if kind == 0:
-            od.ellipse([ox - ow, oy - oh, ox + ow, oy + oh], fill=ocol)
-        elif kind == 1:
-            od.rectangle([ox - ow, oy - oh, ox + ow, oy + oh], fill=ocol)
-        else:  # band across the image
-            od.rectangle([0, oy - 0.6 * oh, R, oy + 0.6 * oh], fill=ocol)
-        img = np.asarray(occ, dtype=np.float32)
 
-    # ---------------- downsample + lighting + blur + noise ----------------
+def _occlude(img: np.ndarray, rng: np.random.RandomState, R: int, nz: float) -> np.ndarray:
+    """With probability 0.3·nuisance, an occluder (hand / object / scarf stand-in)."""
+    if not rng.rand() < min(1.0, 0.3 * nz):
+        return img
+    occ = Image.fromarray(np.clip(np.round(img), 0, 255).astype(np.uint8))
+    od = ImageDraw.Draw(occ)
+    ocol = _clip_rgb(rng.uniform(20, 235, 3))
+    ox, oy = _u(rng, 0.25, 0.75) * R, _u(rng, 0.2, 0.8) * R
+    ow, oh = _u(rng, 0.08, 0.2) * R, _u(rng, 0.06, 0.16) * R
+    kind = _choice(rng, 3)
+    if kind == 0:
+        od.ellipse([ox - ow, oy - oh, ox + ow, oy + oh], fill=ocol)
+    elif kind == 1:
+        od.rectangle([ox - ow, oy - oh, ox + ow, oy + oh], fill=ocol)
+    else:  # band across the image
+        od.rectangle([0, oy - 0.6 * oh, R, oy + 0.6 * oh], fill=ocol)
+    return np.asarray(occ, dtype=np.float32)
+
+
+def _camera(img: np.ndarray, rng: np.random.RandomState, resolution: int, nz: float) -> Image.Image:
+    """Downsample to ``resolution``, then lighting gradient, brightness, tint, blur and noise."""
     small = Image.fromarray(np.clip(np.round(img), 0, 255).astype(np.uint8)).resize(
         (resolution, resolution), Image.Resampling.LANCZOS
     )
@@ -651,6 +724,25 @@ def render_face(ident: dict[str, Any], rng: np.random.RandomState, resolution: i
     sigma = _u(rng, 0.0, 12.0) * nz
     arr = arr + rng.normal(0.0, 1.0, arr.shape).astype(np.float32) * sigma
     return Image.fromarray(np.clip(np.round(arr), 0, 255).astype(np.uint8), "RGB")
+
+
+def render_face(ident: dict[str, Any], rng: np.random.RandomState, resolution: int = 64,
+                nuisance: float = 1.0, rotation: bool = True) -> Image.Image:
+    """Render one RGB image of ``ident`` with per-image nuisance drawn from ``rng``.
+
+    The random draws happen in a fixed order (look, placement, background, occluder, camera),
+    so an image is reproducible from its RNG; the painting steps draw nothing."""
+    R = _render_size(resolution)
+    nz = float(nuisance)
+    P = _Painter(R)
+    look = _draw_look(ident, rng, nz)
+    face = _face_geometry(ident, look)
+    for paint in _PAINT_STEPS:
+        paint(P, ident, look, face)
+    layer = _place_layer(P, rng, face, nz, rotation)
+    img = _composite(layer, rng, R, nz)
+    img = _occlude(img, rng, R, nz)
+    return _camera(img, rng, resolution, nz)
 
 
 def render_identity_image(ident: dict[str, Any], image_index: int, *, seed: int = 0, resolution: int = 64,
