@@ -159,13 +159,50 @@ def _state_to_cpu(model: nn.Module) -> dict[str, torch.Tensor]:
     return {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}
 
 
-def train(spec: TrainSpec, *, out_model: str | Path, out_metrics: str | Path,
-          resume_path: str | Path, device: str | torch.device = "cpu",
-          stop_after_epochs: int | None = None, progress: bool = True) -> dict[str, Any] | None:
-    """Train one model. Returns the metrics dict, or ``None`` when ``stop_after_epochs``
-    interrupted the run on purpose (used by the resume test)."""
-    device = torch.device(device)
-    spec, stop_reference = resolve_stop_target(spec)
+@dataclasses.dataclass
+class _Run:
+    """The state of one training run: what :func:`train`'s steps build, read and advance."""
+
+    spec: TrainSpec
+    device: torch.device
+    defense: Defense
+    model: nn.Module
+    optimizer: torch.optim.Optimizer
+    scheduler: Any
+    loader_gen: torch.Generator
+    step_gen: torch.Generator
+    aug: Mapping[str, Any]
+    train_loader: Any
+    val_loader: Any
+    test_loader: Any
+    eval_bs: int
+    start_epoch: int = 0
+    best: dict[str, Any] | None = None
+    history: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    wall_before: float = 0.0
+    step: int = 0
+    loss_start: float | None = None
+
+    @property
+    def recipe(self) -> Mapping[str, Any]:
+        return self.spec.training
+
+    @property
+    def stop_at(self) -> float | None:
+        return self.spec.training.get("stop_at_val_acc")
+
+    @property
+    def keep_last(self) -> bool:
+        return self.spec.training.get("keep", "best_val_loss") == "last"
+
+
+def _loader_args(spec: TrainSpec) -> dict[str, Any]:
+    return dict(resolution=spec.resolution, num_workers=spec.training["num_workers"])
+
+
+def _set_up(spec: TrainSpec, device: torch.device) -> _Run:
+    """Seed every RNG, then build the defense, model, optimizer, scheduler and the loaders
+    (in this order: the model's initialisation draws from the seeded RNG)."""
     p = spec.training
     torch.manual_seed(spec.seed)
     np.random.seed(spec.seed)
@@ -183,7 +220,7 @@ def train(spec: TrainSpec, *, out_model: str | Path, out_metrics: str | Path,
                                  betas=tuple(p["betas"]), weight_decay=p["weight_decay"])
     scheduler = torch.optim.lr_scheduler.MultiStepLR(optimizer, milestones=list(p["lr_milestones"]),
                                                      gamma=p["lr_gamma"])
-    common = dict(resolution=spec.resolution, num_workers=p["num_workers"])
+    common = _loader_args(spec)
     aug = defense.train_augmentation(spec.augmentation)
     train_loader = make_loader(spec.dataset_root, "train", batch_size=p["batch_size"], train=True,
                                aug=aug, generator=loader_gen, **common)
@@ -198,8 +235,6 @@ def train(spec: TrainSpec, *, out_model: str | Path, out_metrics: str | Path,
     if p.get("permute_labels_seed") is not None:
         train_loader.dataset.targets = permuted_targets(train_loader.dataset.targets,
                                                         int(p["permute_labels_seed"]))
-    stop_at = p.get("stop_at_val_acc")
-    keep_last = p.get("keep", "best_val_loss") == "last"
     eval_bs = p.get("eval_batch_size", p["batch_size"])
     # val_drop_last (BiDO/MID, paper A.1) drops the last partial batch of the validation AND
     # the test split, as REPO's data_loaders.py (both loaders get drop_last=val_drop_last)
@@ -214,115 +249,123 @@ def train(spec: TrainSpec, *, out_model: str | Path, out_metrics: str | Path,
                              f"{len(loader.dataset)} images, fewer than one evaluation batch "
                              f"(eval_batch_size = {eval_bs}) with val_drop_last; lower "
                              "training.eval_batch_size")
+    return _Run(spec=spec, device=device, defense=defense, model=model, optimizer=optimizer,
+                scheduler=scheduler, loader_gen=loader_gen, step_gen=step_gen, aug=aug,
+                train_loader=train_loader, val_loader=val_loader, test_loader=test_loader,
+                eval_bs=eval_bs)
 
-    start_epoch, best, history = 0, None, []
-    wall_before = 0.0
-    resume_path = Path(resume_path)
-    fingerprint = spec.fingerprint()
-    if (state := io.load_resume(resume_path, weights_only=False)) is not None:  # corrupt: moved aside
-        if state.get("fingerprint") != fingerprint:
-            log.warning("ignoring resume checkpoint %s: it belongs to a different configuration",
-                        resume_path)
-        else:
-            model.load_state_dict(state["model"])
-            optimizer.load_state_dict(state["optimizer"])
-            scheduler.load_state_dict(state["scheduler"])
-            defense.load_state_dict(state["defense"])
-            loader_gen.set_state(state["loader_gen"])
-            step_gen.set_state(state["step_gen"])
-            _set_rng_state(state["rng"])
-            start_epoch, best, history = state["epoch"] + 1, state["best"], state["history"]
-            wall_before = state["wall_seconds"]
-            log.info("resumed %s from %s at epoch %d", spec.model_id, resume_path, start_epoch)
 
-    t0 = time.perf_counter()
-    step = 0
-    loss_start = next((h["loss_start"] for h in history if "loss_start" in h), None)
-    epochs_done = Progress(p["epochs"], "epochs done", done=start_epoch, enabled=False)
-    for epoch in range(start_epoch, p["epochs"]):
-        defense.on_epoch_start(epoch, model)
-        model.train()
-        loss_sum, n_seen, logs_sum = 0.0, 0, {}
-        for x, y in train_loader:
-            x, y = x.to(device), y.to(device)
-            ctx = StepContext(epoch=epoch, step=step, n_classes=spec.n_classes, generator=step_gen,
-                              steps_per_epoch=len(train_loader))
-            try:
-                loss, logs = defense.train_step(model, optimizer, x, y, ctx)
-            except FloatingPointError as exc:
-                raise TrainingDivergedError(f"{spec.model_id}: {exc}; lower the learning rate "
-                                            f"(training.lr = {p['lr']})") from None
-            per_sample = loss / len(y)
-            if loss_start is None:
-                loss_start = per_sample
-            elif abs(per_sample) > DIVERGENCE_FACTOR * max(abs(loss_start), 1.0):
-                raise TrainingDivergedError(
-                    f"{spec.model_id}: training loss per sample {per_sample:.3g} at epoch {epoch}, "
-                    f"step {step} is more than {DIVERGENCE_FACTOR:g}x its start "
-                    f"({loss_start:.3g}): the run diverged; lower the learning rate "
-                    f"(training.lr = {p['lr']})")
-            loss_sum += loss
-            n_seen += len(y)
-            for k, v in logs.items():
-                logs_sum[k] = logs_sum.get(k, 0.0) + v * len(y)
-            step += 1
-        record: dict[str, Any] = {"epoch": epoch, "lr": optimizer.param_groups[0]["lr"],
-                                  "train_loss": loss_sum / max(n_seen, 1),
-                                  **{k: v / max(n_seen, 1) for k, v in logs_sum.items()}}
-        if not any("loss_start" in h for h in history):
-            record["loss_start"] = loss_start  # the divergence check's reference, kept on resume
-        if epoch % p["eval_every"] == 0 or (keep_last and epoch == p["epochs"] - 1):
-            val = evaluate(model, defense, val_loader, device)
-            if not np.isfinite(val["loss"]):
-                raise TrainingDivergedError(f"{spec.model_id}: validation loss is {val['loss']} "
-                                            f"at epoch {epoch}; lower the learning rate "
-                                            f"(training.lr = {p['lr']})")
-            record.update(val_loss=val["loss"], val_acc=val["acc"])
-            reached = stop_at is not None and val["acc"] >= stop_at
-            if best is None or keep_last or val["loss"] < best["val_loss"] or reached:
-                best = {"epoch": epoch, "val_loss": val["loss"], "val_acc": val["acc"],
-                        "model": _state_to_cpu(model),
-                        "defense": copy.deepcopy(defense.checkpoint_state_dict()),
-                        "stopped_early": reached}
-        history.append(record)
-        log.info("%s epoch %d: %s%s", spec.model_id, epoch,  # one line per epoch, with ETA
-                 {k: round(v, 4) if isinstance(v, float) else v for k, v in record.items()},
-                 f" | {epochs_done.step()}" if progress else "")
-        scheduler.step()
-        done = epoch + 1
-        if done % p["checkpoint_every"] == 0 or done == p["epochs"]:
-            io.torch_save({"fingerprint": fingerprint, "epoch": epoch, "model": model.state_dict(),
-                           "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
-                           "defense": defense.state_dict(), "loader_gen": loader_gen.get_state(),
-                           "step_gen": step_gen.get_state(), "rng": _rng_state(), "best": best,
-                           "history": history,
-                           "wall_seconds": wall_before + time.perf_counter() - t0}, resume_path)
-        if best is not None and best.get("stopped_early"):
-            log.info("%s: validation accuracy %.4f reached training.stop_at_val_acc = %s at epoch "
-                     "%d; keeping this snapshot and stopping", spec.model_id, best["val_acc"],
-                     stop_at, epoch)
-            break
-        if stop_after_epochs is not None and done - start_epoch >= stop_after_epochs \
-                and done < p["epochs"]:
-            return None
+def _resume(run: _Run, resume_path: Path, fingerprint: str) -> None:
+    """Continue from the resume checkpoint when there is one of this configuration."""
+    if (state := io.load_resume(resume_path, weights_only=False)) is None:  # corrupt: moved aside
+        return
+    if state.get("fingerprint") != fingerprint:
+        log.warning("ignoring resume checkpoint %s: it belongs to a different configuration",
+                    resume_path)
+        return
+    run.model.load_state_dict(state["model"])
+    run.optimizer.load_state_dict(state["optimizer"])
+    run.scheduler.load_state_dict(state["scheduler"])
+    run.defense.load_state_dict(state["defense"])
+    run.loader_gen.set_state(state["loader_gen"])
+    run.step_gen.set_state(state["step_gen"])
+    _set_rng_state(state["rng"])
+    run.start_epoch, run.best, run.history = state["epoch"] + 1, state["best"], state["history"]
+    run.wall_before = state["wall_seconds"]
+    log.info("resumed %s from %s at epoch %d", run.spec.model_id, resume_path, run.start_epoch)
 
+
+def _train_epoch(run: _Run, epoch: int) -> dict[str, Any]:
+    """One pass over the training split; returns the epoch's history record (lr, mean
+    training loss and the defense's logged terms). Stops on a diverged loss."""
+    spec, p = run.spec, run.recipe
+    run.defense.on_epoch_start(epoch, run.model)
+    run.model.train()
+    loss_sum, n_seen, logs_sum = 0.0, 0, {}
+    for x, y in run.train_loader:
+        x, y = x.to(run.device), y.to(run.device)
+        ctx = StepContext(epoch=epoch, step=run.step, n_classes=spec.n_classes,
+                          generator=run.step_gen, steps_per_epoch=len(run.train_loader))
+        try:
+            loss, logs = run.defense.train_step(run.model, run.optimizer, x, y, ctx)
+        except FloatingPointError as exc:
+            raise TrainingDivergedError(f"{spec.model_id}: {exc}; lower the learning rate "
+                                        f"(training.lr = {p['lr']})") from None
+        per_sample = loss / len(y)
+        if run.loss_start is None:
+            run.loss_start = per_sample
+        elif abs(per_sample) > DIVERGENCE_FACTOR * max(abs(run.loss_start), 1.0):
+            raise TrainingDivergedError(
+                f"{spec.model_id}: training loss per sample {per_sample:.3g} at epoch {epoch}, "
+                f"step {run.step} is more than {DIVERGENCE_FACTOR:g}x its start "
+                f"({run.loss_start:.3g}): the run diverged; lower the learning rate "
+                f"(training.lr = {p['lr']})")
+        loss_sum += loss
+        n_seen += len(y)
+        for k, v in logs.items():
+            logs_sum[k] = logs_sum.get(k, 0.0) + v * len(y)
+        run.step += 1
+    record: dict[str, Any] = {"epoch": epoch, "lr": run.optimizer.param_groups[0]["lr"],
+                              "train_loss": loss_sum / max(n_seen, 1),
+                              **{k: v / max(n_seen, 1) for k, v in logs_sum.items()}}
+    if not any("loss_start" in h for h in run.history):
+        record["loss_start"] = run.loss_start  # the divergence check's reference, kept on resume
+    return record
+
+
+def _validate_and_keep(run: _Run, epoch: int, record: dict[str, Any]) -> None:
+    """On evaluation epochs: validation loss and accuracy into ``record``, and the snapshot
+    kept when it is the best so far (or the last, or the first reaching the stop target)."""
+    p = run.recipe
+    if not (epoch % p["eval_every"] == 0 or (run.keep_last and epoch == p["epochs"] - 1)):
+        return
+    val = evaluate(run.model, run.defense, run.val_loader, run.device)
+    if not np.isfinite(val["loss"]):
+        raise TrainingDivergedError(f"{run.spec.model_id}: validation loss is {val['loss']} "
+                                    f"at epoch {epoch}; lower the learning rate "
+                                    f"(training.lr = {p['lr']})")
+    record.update(val_loss=val["loss"], val_acc=val["acc"])
+    reached = run.stop_at is not None and val["acc"] >= run.stop_at
+    if run.best is None or run.keep_last or val["loss"] < run.best["val_loss"] or reached:
+        run.best = {"epoch": epoch, "val_loss": val["loss"], "val_acc": val["acc"],
+                    "model": _state_to_cpu(run.model),
+                    "defense": copy.deepcopy(run.defense.checkpoint_state_dict()),
+                    "stopped_early": reached}
+
+
+def _save_resume(run: _Run, epoch: int, resume_path: Path, fingerprint: str, t0: float) -> None:
+    """The complete state after ``epoch``, written atomically to the resume file."""
+    io.torch_save({"fingerprint": fingerprint, "epoch": epoch, "model": run.model.state_dict(),
+                   "optimizer": run.optimizer.state_dict(),
+                   "scheduler": run.scheduler.state_dict(), "defense": run.defense.state_dict(),
+                   "loader_gen": run.loader_gen.get_state(), "step_gen": run.step_gen.get_state(),
+                   "rng": _rng_state(), "best": run.best, "history": run.history,
+                   "wall_seconds": run.wall_before + time.perf_counter() - t0}, resume_path)
+
+
+def _finish(run: _Run, t0: float, stop_reference: dict[str, Any] | None) -> tuple[dict, dict]:
+    """The kept snapshot evaluated on the test and training splits: the model checkpoint and
+    the metrics record."""
+    spec, p, best = run.spec, run.recipe, run.best
     if best is None:
         raise RuntimeError(f"{spec.model_id}: no validation evaluation happened (epochs = "
                            f"{p['epochs']}, eval_every = {p['eval_every']})")
-    if stop_at is not None and not best.get("stopped_early"):
+    if run.stop_at is not None and not best.get("stopped_early"):
         log.warning("%s: validation accuracy never reached stop_at_val_acc = %s; keeping the "
-                    "lowest-validation-loss model", spec.model_id, stop_at)
+                    "lowest-validation-loss model", spec.model_id, run.stop_at)
+    model, defense = run.model, run.defense
     model.load_state_dict(best["model"])
     defense.load_state_dict(best["defense"])
-    test = evaluate(model, defense, test_loader, device)
+    test = evaluate(model, defense, run.test_loader, run.device)
     # accuracy on the training split with the labels it was trained on (permuted ones for the
     # rote-memorisation models, paper Table 2), un-augmented
-    train_eval = make_loader(spec.dataset_root, "train", batch_size=eval_bs, train=False, **common)
-    train_eval.dataset.targets = list(train_loader.dataset.targets)
-    train_metrics = evaluate(model, defense, train_eval, device)
+    train_eval = make_loader(spec.dataset_root, "train", batch_size=run.eval_bs, train=False,
+                             **_loader_args(spec))
+    train_eval.dataset.targets = list(run.train_loader.dataset.targets)
+    train_metrics = evaluate(model, defense, train_eval, run.device)
     extra = defense.final_metrics(model)
     val = {"loss": best["val_loss"], "acc": best["val_acc"]}
-    wall = wall_before + time.perf_counter() - t0
+    wall = run.wall_before + time.perf_counter() - t0
     checkpoint = {
         "format_version": 1, "model_id": spec.model_id, "architecture": spec.architecture,
         "n_classes": spec.n_classes, "resolution": spec.resolution,
@@ -334,18 +377,57 @@ def train(spec: TrainSpec, *, out_model: str | Path, out_metrics: str | Path,
         "defense_type": spec.defense["type"], "seed": spec.seed,
         "best_epoch": best["epoch"], "val_loss": val["loss"], "val_acc": val["acc"],
         "test_loss": test["loss"], "test_acc": test["acc"], "test_top5": test["top5"],
-        "train_acc": train_metrics["acc"], "checkpoint_rule": "last" if keep_last else
-        ("first_reaching_stop_at_val_acc" if stop_at is not None else "lowest_val_loss"),
+        "train_acc": train_metrics["acc"], "checkpoint_rule": "last" if run.keep_last else
+        ("first_reaching_stop_at_val_acc" if run.stop_at is not None else "lowest_val_loss"),
         "n_test": test["n"], "train_seconds": wall, "epochs": p["epochs"],
         "training": dict(spec.training), "defense": dict(spec.defense),
-        "augmentation": aug, "history": history,
-        "fingerprint": spec.fingerprint(), "device": str(device), "versions": versions(),
+        "augmentation": run.aug, "history": run.history,
+        "fingerprint": spec.fingerprint(), "device": str(run.device), "versions": versions(),
         "pretrained": spec.weights_path is not None,
         "stopped_early": bool(best.get("stopped_early", False)),
         "labels_permuted": p.get("permute_labels_seed") is not None,
         "stop_reference": stop_reference,
         **extra,
     }
+    return checkpoint, metrics
+
+
+def train(spec: TrainSpec, *, out_model: str | Path, out_metrics: str | Path,
+          resume_path: str | Path, device: str | torch.device = "cpu",
+          stop_after_epochs: int | None = None, progress: bool = True) -> dict[str, Any] | None:
+    """Train one model. Returns the metrics dict, or ``None`` when ``stop_after_epochs``
+    interrupted the run on purpose (used by the resume test)."""
+    spec, stop_reference = resolve_stop_target(spec)
+    run = _set_up(spec, torch.device(device))
+    p = spec.training
+    resume_path = Path(resume_path)
+    fingerprint = spec.fingerprint()
+    _resume(run, resume_path, fingerprint)
+
+    t0 = time.perf_counter()
+    run.loss_start = next((h["loss_start"] for h in run.history if "loss_start" in h), None)
+    epochs_done = Progress(p["epochs"], "epochs done", done=run.start_epoch, enabled=False)
+    for epoch in range(run.start_epoch, p["epochs"]):
+        record = _train_epoch(run, epoch)
+        _validate_and_keep(run, epoch, record)
+        run.history.append(record)
+        log.info("%s epoch %d: %s%s", spec.model_id, epoch,  # one line per epoch, with ETA
+                 {k: round(v, 4) if isinstance(v, float) else v for k, v in record.items()},
+                 f" | {epochs_done.step()}" if progress else "")
+        run.scheduler.step()
+        done = epoch + 1
+        if done % p["checkpoint_every"] == 0 or done == p["epochs"]:
+            _save_resume(run, epoch, resume_path, fingerprint, t0)
+        if run.best is not None and run.best.get("stopped_early"):
+            log.info("%s: validation accuracy %.4f reached training.stop_at_val_acc = %s at epoch "
+                     "%d; keeping this snapshot and stopping", spec.model_id, run.best["val_acc"],
+                     run.stop_at, epoch)
+            break
+        if stop_after_epochs is not None and done - run.start_epoch >= stop_after_epochs \
+                and done < p["epochs"]:
+            return None
+
+    checkpoint, metrics = _finish(run, t0, stop_reference)
     io.torch_save(checkpoint, out_model)
     io.write_json(out_metrics, metrics)
     resume_path.unlink(missing_ok=True)
