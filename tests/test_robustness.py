@@ -10,8 +10,8 @@ import pytest
 import torch
 from torch import nn
 
-from atat.robustness import (DEMO_SETTINGS, NormalizedModel, evaluate_autoattack, no_tf32,
-                             run_autoattack)
+from atat.robustness import (DEMO_SETTINGS, NormalizedModel, evaluate_autoattack,
+                             evaluate_autoattack_with_adversarials, no_tf32)
 
 ROOT_DIR = Path(__file__).resolve().parents[1]
 CHEAP = {"apgd": {"n_iter": 4, "n_restarts": 1},
@@ -218,8 +218,9 @@ def cnn_run():
     model = tiny_cnn()
     x, y = cnn_data(model)
     with one_thread():
-        record, adv = run_autoattack(model, x, y, epsilon=0.01, version="custom",
-                                     settings=CHEAP, batch_size=4, seed=3, recheck=True)
+        record, adv = evaluate_autoattack_with_adversarials(
+            model, x, y, epsilon=0.01, version="custom", settings=CHEAP, batch_size=4, seed=3,
+            recheck=True)
     return model, x, y, record, adv
 
 
@@ -483,7 +484,7 @@ def test_tf32_precision_is_applied_recorded_and_a_no_op_on_cpu():
 
 
 def test_compare_precisions_measures_every_epsilon_under_both_settings():
-    from atat.robust_eval import compare_precisions
+    from atat.robustness import compare_precisions
 
     model = tiny_cnn()
     x, y = cnn_data(model, n=4)
@@ -507,7 +508,7 @@ def test_precision_benchmark_cli_on_a_trained_model(tmp_path, capsys):
     import yaml
 
     from atat.data.synthfaces import generate_synthfaces
-    from atat.robust_eval import precision_benchmark_main
+    from atat.robustness import precision_benchmark_main
     from atat.train import TrainSpec, train
 
     generate_synthfaces(tmp_path / "ds", n_private_identities=4, n_public_identities=1,
@@ -543,11 +544,46 @@ def test_precision_benchmark_cli_on_a_trained_model(tmp_path, capsys):
     assert all(r["n_examples"] == 3 for r in result["rows"])
     printed = capsys.readouterr().out
     assert "tf32-fp32" in printed and "not available on this device" in printed
+    # the same model through rule autoattack's job: record written, named by model and eps
+    from atat.config import load_config
+    from atat.robustness import evaluate_autoattack_model_file
+
+    aa = load_config(root / "config" / "config.yaml", root / "config" / "demo.yaml",
+                     overlay)["autoattack"]
+    job_out = tmp_path / "robustness" / "eps1e-05.json"
+    with one_thread():
+        rec = evaluate_autoattack_model_file(
+            model_path=tmp_path / "m.pt", dataset_root=tmp_path / "ds" / "private",
+            out_path=job_out, epsilon=1e-5, settings=aa, resolution=16)
+    assert json.loads(job_out.read_text()) == json.loads(json.dumps(rec))
+    assert rec["model_id"] == "t/resnet18/nodef/seed0" and rec["epsilon_tag"] == "1e-05"
+    assert rec["n_examples"] == 3 and rec["attacks"] == ["apgd-ce"] and rec["precision"] == "fp32"
+
+
+def test_autoattack_has_one_home_with_distinct_names():
+    # issue 15 item 3: one module; the tensor-level and the model-file-level entry points
+    # no longer share the name run_autoattack, and the adapters import names that exist
+    import ast
+    import importlib
+
+    import atat.robustness as R
+
+    with pytest.raises(ModuleNotFoundError):
+        importlib.import_module("atat.robust_eval")
+    assert not hasattr(R, "run_autoattack")
+    assert all(hasattr(R, name) for name in R.__all__)
+    for script in ("autoattack.py", "bench_gpu_precision.py"):
+        tree = ast.parse((ROOT_DIR / "workflow" / "scripts" / script).read_text())
+        imported = [(node.module, alias.name) for node in ast.walk(tree)
+                    if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("atat")
+                    for alias in node.names]
+        assert imported and all(mod == "atat.robustness" and hasattr(R, name)
+                                for mod, name in imported), (script, imported)
 
 
 def test_autoattack_precision_key_is_validated(tmp_path):
     from atat.config import ConfigError, load_config, validate_config
-    from atat.robust_eval import run_autoattack as run_job
+    from atat.robustness import evaluate_autoattack_model_file
 
     cfg = load_config(ROOT_DIR / "config" / "config.yaml")
     assert cfg["autoattack"]["precision"] == "fp32"  # the correct measurement is the default
@@ -556,6 +592,6 @@ def test_autoattack_precision_key_is_validated(tmp_path):
         validate_config(cfg)
     # the job checks it too, before loading anything
     with pytest.raises(ValueError, match="autoattack.precision must be one of fp32, tf32"):
-        run_job(model_path=tmp_path / "missing.pt", dataset_root=tmp_path,
+        evaluate_autoattack_model_file(model_path=tmp_path / "missing.pt", dataset_root=tmp_path,
                 out_path=tmp_path / "o.json", epsilon=0.01, resolution=16,
                 settings={"precision": "tf16"})

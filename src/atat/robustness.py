@@ -14,8 +14,17 @@ This module wraps ``pyautoattack`` (the PyPI packaging of the official AutoAttac
 * ``precision`` (config ``autoattack.precision``, :mod:`atat.precision`): "fp32" (default)
   turns TF32 off (perturbations of 1e-5 vanish under TF32's 10-bit mantissa); "tf32" keeps
   PyTorch's defaults (cuDNN TF32 on), as the authors' code ran. Recorded in every result.
-* :func:`run_autoattack` runs the attacks and returns the result record *and* the adversarial
-  examples; :func:`evaluate_autoattack` returns only the JSON-serialisable record.
+* :func:`evaluate_autoattack` runs the attacks on tensors and returns the JSON-serialisable
+  result record; :func:`evaluate_autoattack_with_adversarials` returns the record *and* the
+  adversarial examples.
+* :func:`evaluate_autoattack_model_file` is one job of rule ``autoattack``: a trained
+  ``model.pt`` on the first configured examples of its dataset, at one ε, record written as
+  JSON.
+* :func:`compare_precisions` (and its CLI :func:`precision_benchmark_main`, script
+  ``workflow/scripts/bench_gpu_precision.py``; issue 13 item 18) measures Table 14's cells
+  (robust accuracy at each ε for one model) under both precisions. TF32 exists only on CUDA
+  GPUs of compute capability ≥ 8, so on CPU (or older GPUs) the two columns are identical by
+  construction and every row says ``tf32_active: false``; only a GPU run measures the effect.
 
 pyautoattack 0.2.0 quirks handled here (read from its source):
 
@@ -68,14 +77,19 @@ import math
 import sys
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import torch
 from torch import Tensor, nn
 
-from atat.precision import (DEFAULT_PRECISION, attack_precision, check_precision, no_tf32,
-                            tf32_active)
+from atat import io
+from atat.config import eps_tag
+from atat.data.loading import make_loader
+from atat.precision import (DEFAULT_PRECISION, PRECISIONS, attack_precision, check_precision,
+                            no_tf32, tf32_active)
 from atat.progress import Progress
+from atat.train import load_model
 
 log = logging.getLogger(__name__)
 
@@ -308,22 +322,12 @@ def _library_version() -> str:
         return str(getattr(pyautoattack, "__version__", "unknown"))
 
 
-# --------------------------------------------------------------------------- main entry
-def run_autoattack(model: nn.Module, x01: Tensor, y: Tensor, *, epsilon: float,
-                   attacks: Sequence[str] = STANDARD_ATTACKS, version: str = "standard",
-                   settings: Mapping[str, Any] | None = None, batch_size: int = 128,
-                   seed: int = 0, device: str | torch.device = "cpu", normalize: bool = True,
-                   logits_fn: Callable[[Any], Tensor] | None = None,
-                   recheck: bool | None = None, library_checks: str = "once",
-                   precision: str = DEFAULT_PRECISION,
-                   ) -> tuple[dict[str, Any], dict[str, Tensor]]:
-    """Run each attack individually from the clean inputs; see :func:`evaluate_autoattack`.
-
-    Returns ``(record, adversarials)`` where ``adversarials[attack]`` is the (N, C, H, W)
-    float32 CPU tensor AutoAttack returned (clean input wherever the attack failed).
-    """
-    from pyautoattack import AutoAttack, checks  # local: heavy import, optional for callers
-
+# --------------------------------------------------------------------------- steps
+def _check_arguments(x01: Tensor, y: Tensor, epsilon: float, attacks: Sequence[str],
+                     version: str, batch_size: int, settings: Mapping[str, Any] | None,
+                     library_checks: str, precision: str
+                     ) -> tuple[tuple[str, ...], str, dict[str, dict[str, Any]]]:
+    """Validated ``(attacks, precision, settings overrides)``; stops on any bad argument."""
     attacks = tuple(attacks)
     precision = check_precision(precision, "precision")
     _validate_inputs(x01, y, epsilon, attacks, version, batch_size)
@@ -334,10 +338,12 @@ def run_autoattack(model: nn.Module, x01: Tensor, y: Tensor, *, epsilon: float,
     if version == "standard" and overrides:
         raise ValueError("settings are only allowed with version='custom' "
                          "(version 'standard' uses AutoAttack's fixed hyper-parameters)")
-    device = torch.device(device)
-    epsilon = float(epsilon)
+    return attacks, precision, overrides
 
-    # ---- model: [0, 1] inputs -> logits, float32, on device
+
+def _attacked_net(model: nn.Module, normalize: bool,
+                  logits_fn: Callable[[Any], Tensor] | None, device: torch.device) -> nn.Module:
+    """The model as AutoAttack sees it: [0, 1] inputs -> logits, float32, on ``device``."""
     if isinstance(model, NormalizedModel):
         if logits_fn is not None:
             raise ValueError("logits_fn given but model is already a NormalizedModel")
@@ -350,95 +356,204 @@ def run_autoattack(model: nn.Module, x01: Tensor, y: Tensor, *, epsilon: float,
            for t in list(net.parameters()) + list(net.buffers())):
         log.info("model is not float32: evaluating a float32 copy")
         net = copy.deepcopy(net).float()
-    net = net.to(device)
+    return net.to(device)
 
+
+def _isolate(stack: contextlib.ExitStack, net: nn.Module, device: torch.device, precision: str,
+             collector: _WarningCollector) -> None:
+    """Enter the run's context on ``stack``: the precision, the model frozen in eval mode, a
+    forked RNG (quirk 5), and the library's warnings routed to ``collector``."""
+    aa_logger = logging.getLogger("auto-attack")
+    stack.enter_context(attack_precision(precision))
+    stack.enter_context(_frozen_eval(net))
+    stack.enter_context(torch.random.fork_rng(
+        devices=[device] if device.type == "cuda" else []))
+    aa_logger.addHandler(collector)
+    stack.callback(aa_logger.removeHandler, collector)
+    if aa_logger.getEffectiveLevel() > logging.WARNING:  # make sure warnings reach us
+        stack.callback(aa_logger.setLevel, aa_logger.level)
+        aa_logger.setLevel(logging.WARNING)
+
+
+def _count_classes(net: nn.Module, x01: Tensor, y: Tensor, attacks: Sequence[str],
+                   device: torch.device) -> int:
+    """The model's number of outputs, checked against the labels and the attacks."""
+    with torch.no_grad():
+        n_classes = int(net(x01[:1].to(device)).shape[1])
+    if n_classes < 2:
+        raise ValueError(f"model has {n_classes} output(s); need at least 2 classes")
+    if int(y.min()) < 0 or int(y.max()) >= n_classes:
+        raise ValueError(f"labels must be in [0, {n_classes - 1}]")
+    if "apgd-t" in attacks and n_classes < 4:
+        raise ValueError(f"attack 'apgd-t' (targeted DLR loss) needs >= 4 classes, "
+                         f"the model has {n_classes}")
+    if "apgd-dlr" in attacks and n_classes < 3:
+        raise ValueError(f"attack 'apgd-dlr' needs >= 3 classes, the model has {n_classes}")
+    return n_classes
+
+
+def _configure_adversary(net: nn.Module, *, epsilon: float, seed: int, device: torch.device,
+                         version: str, overrides: Mapping[str, Mapping[str, Any]],
+                         n_classes: int) -> tuple[Any, list[str]]:
+    """AutoAttack configured exactly as its standard version does, then the custom
+    overrides (quirk 6) and the target-count clamp (quirk 7); returns it and the notes."""
+    from pyautoattack import AutoAttack  # local: heavy import, optional for callers
+
+    adversary = AutoAttack(net, norm="Linf", eps=epsilon, version="standard",
+                           seed=seed, device=device)
+    notes: list[str] = []
+    if version == "custom":
+        adversary.version = "custom"  # only used for logging and the 'rand' check
+        for group, values in overrides.items():
+            obj = {"apgd": adversary.apgd, "apgd_t": adversary.apgd_targeted,
+                   "fab": adversary.fab, "square": adversary.square}[group]
+            for key, val in values.items():
+                setattr(obj, "thr_decr" if key == "rho" else key, val)
+            if group in ("apgd", "apgd_t") and "n_iter" in values:
+                # quirk 6: the checkpoint schedule is only derived in __init__
+                obj.n_iter_orig = obj.n_iter
+                obj.n_iter_2 = max(int(0.22 * obj.n_iter), 1)
+                obj.n_iter_min = max(int(0.06 * obj.n_iter), 1)
+                obj.size_decr = max(int(0.03 * obj.n_iter), 1)
+    for obj, name in ((adversary.apgd_targeted, "apgd-t"), (adversary.fab, "fab-t")):
+        if obj.n_target_classes > n_classes - 1:
+            notes.append(f"{name}: n_target_classes clamped from {obj.n_target_classes} "
+                         f"to {n_classes - 1} (model has {n_classes} classes)")
+            obj.n_target_classes = n_classes - 1
+    return adversary, notes
+
+
+def _sanity_checks(stack: contextlib.ExitStack, checks: Any, adversary: Any, net: nn.Module,
+                   xb: Tensor, yb: Tensor, *, attacks: Sequence[str], n_classes: int,
+                   batch_size: int, version: str, library_checks: str,
+                   collector: _WarningCollector) -> _WarningCollector:
+    """AutoAttack's sanity checks on the first batch. The randomness check always runs (its
+    messages are returned); with ``library_checks="once"`` the others run here once and are
+    stubbed out inside the library for the attack runs (quirk 4; undone by ``stack``)."""
+    randomized_probe = _WarningCollector()
+    checks.check_randomized(net, xb, yb, bs=batch_size, logger=randomized_probe)
+    if randomized_probe.messages:
+        log.warning("model output is random at evaluation (AutoAttack suggests version "
+                    "'rand'); running version %r as in the paper", version)
+    if library_checks == "once":
+        # run_standard_evaluation repeats these checks (7 extra forward passes) for
+        # every attack; run them once here and switch them off inside the library
+        checks.check_range_output(net, xb, logger=collector)
+        checks.funcs.update({k: 0 for k in checks.funcs})  # quirk 4
+        tracer = sys.gettrace()
+        try:
+            checks.check_dynamic(net, xb, False, logger=collector)
+        finally:
+            sys.settrace(tracer)  # quirk 4
+        checks.check_n_classes(n_classes, list(attacks),
+                               adversary.apgd_targeted.n_target_classes,
+                               adversary.fab.n_target_classes, logger=collector)
+        for fname, repl in (
+                ("check_randomized", lambda *a, **k: None),
+                ("check_range_output", lambda *a, **k: n_classes),
+                ("check_dynamic", lambda *a, **k: None),
+                ("check_n_classes", lambda *a, **k: None)):
+            stack.callback(setattr, checks, fname, getattr(checks, fname))
+            setattr(checks, fname, repl)
+    return randomized_probe
+
+
+def _run_attack(adversary: Any, checks: Any, attack: str, net: nn.Module, x01: Tensor,
+                y: Tensor, clean_correct: Tensor, *, do_recheck: bool, batch_size: int,
+                device: torch.device) -> tuple[dict[str, Any], Tensor]:
+    """One attack from the clean inputs: its result entry and the adversarial examples."""
+    adversary.attacks_to_run = [attack]
+    checks.funcs.update({k: 0 for k in checks.funcs})  # quirk 4
+    tracer = sys.gettrace()
+    t0 = time.perf_counter()
+    try:
+        out = adversary.run_standard_evaluation(x01, y, batch_size=batch_size)
+    finally:
+        sys.settrace(tracer)  # quirk 4
+    seconds = time.perf_counter() - t0
+    if not (isinstance(out, tuple) and len(out) == 2):
+        raise RuntimeError(f"unexpected return from pyautoattack: {type(out)}")
+    x_adv, y_adv = out
+    x_adv = x_adv.detach().to("cpu", torch.float32)
+    flags = y_adv.detach().cpu().eq(y)  # the library's own robust flags (quirk 2)
+    # independent re-check (paper's CHECK metric): recompute clean and adversarial
+    # predictions; identical to `flags` for deterministic models
+    recheck_flags = (clean_correct & _predict(net, x_adv, batch_size, device).eq(y)
+                     if do_recheck else None)
+    linf = (x_adv.double() - x01.double()).abs().flatten(1).amax(1)
+    entry = {
+        "robust_accuracy": float(flags.float().mean()),
+        "n_robust": int(flags.sum()),
+        "seconds": seconds,
+        "robust_accuracy_recheck": (None if recheck_flags is None
+                                    else float(recheck_flags.float().mean())),
+        "max_linf_perturbation": float(linf.max()),
+        "robust_flags": flags.int().tolist(),
+        "robust_flags_recheck": (None if recheck_flags is None
+                                 else recheck_flags.int().tolist()),
+    }
+    return entry, x_adv
+
+
+def _worst_case(per_attack: Mapping[str, Mapping[str, Any]], attacks: Sequence[str], n: int,
+                clean_correct: Tensor, do_recheck: bool) -> tuple[Tensor, Tensor]:
+    """Per example: robust under every attack (AutoAttack's flags, and the re-check's)."""
+    worst = torch.ones(n, dtype=torch.bool)
+    worst_recheck = clean_correct.clone()
+    for attack in attacks:
+        worst &= torch.tensor(per_attack[attack]["robust_flags"], dtype=torch.bool)
+        if do_recheck:
+            worst_recheck &= torch.tensor(per_attack[attack]["robust_flags_recheck"],
+                                          dtype=torch.bool)
+    return worst, worst_recheck
+
+
+# --------------------------------------------------------------------------- main entry
+def evaluate_autoattack_with_adversarials(
+        model: nn.Module, x01: Tensor, y: Tensor, *, epsilon: float,
+        attacks: Sequence[str] = STANDARD_ATTACKS, version: str = "standard",
+        settings: Mapping[str, Any] | None = None, batch_size: int = 128,
+        seed: int = 0, device: str | torch.device = "cpu", normalize: bool = True,
+        logits_fn: Callable[[Any], Tensor] | None = None,
+        recheck: bool | None = None, library_checks: str = "once",
+        precision: str = DEFAULT_PRECISION,
+) -> tuple[dict[str, Any], dict[str, Tensor]]:
+    """:func:`evaluate_autoattack` that also returns the adversarial examples.
+
+    Returns ``(record, adversarials)`` where ``adversarials[attack]`` is the (N, C, H, W)
+    float32 CPU tensor AutoAttack returned (clean input wherever the attack failed).
+    """
+    from pyautoattack import checks  # local: heavy import, optional for callers
+
+    attacks, precision, overrides = _check_arguments(x01, y, epsilon, attacks, version,
+                                                     batch_size, settings, library_checks,
+                                                     precision)
+    device = torch.device(device)
+    epsilon = float(epsilon)
+    net = _attacked_net(model, normalize, logits_fn, device)
     x01 = x01.detach().to("cpu", torch.float32).contiguous()
     y = y.detach().to("cpu", torch.long)
     n = x01.shape[0]
 
     collector = _WarningCollector()
-    aa_logger = logging.getLogger("auto-attack")
-    record: dict[str, Any] = {}
     adversarials: dict[str, Tensor] = {}
     t_start = time.perf_counter()
 
     with contextlib.ExitStack() as stack:
-        stack.enter_context(attack_precision(precision))
-        stack.enter_context(_frozen_eval(net))
-        stack.enter_context(torch.random.fork_rng(
-            devices=[device] if device.type == "cuda" else []))
-        aa_logger.addHandler(collector)
-        stack.callback(aa_logger.removeHandler, collector)
-        if aa_logger.getEffectiveLevel() > logging.WARNING:  # make sure warnings reach us
-            stack.callback(aa_logger.setLevel, aa_logger.level)
-            aa_logger.setLevel(logging.WARNING)
+        _isolate(stack, net, device, precision, collector)
         torch.manual_seed(seed)
-
-        with torch.no_grad():
-            n_classes = int(net(x01[:1].to(device)).shape[1])
-        if n_classes < 2:
-            raise ValueError(f"model has {n_classes} output(s); need at least 2 classes")
-        if int(y.min()) < 0 or int(y.max()) >= n_classes:
-            raise ValueError(f"labels must be in [0, {n_classes - 1}]")
-        if "apgd-t" in attacks and n_classes < 4:
-            raise ValueError(f"attack 'apgd-t' (targeted DLR loss) needs >= 4 classes, "
-                             f"the model has {n_classes}")
-        if "apgd-dlr" in attacks and n_classes < 3:
-            raise ValueError(f"attack 'apgd-dlr' needs >= 3 classes, the model has {n_classes}")
-
-        # ---- configure the adversary exactly as AutoAttack's standard version does
-        adversary = AutoAttack(net, norm="Linf", eps=epsilon, version="standard",
-                               seed=seed, device=device)
-        notes: list[str] = []
-        if version == "custom":
-            adversary.version = "custom"  # only used for logging and the 'rand' check
-            for group, values in overrides.items():
-                obj = {"apgd": adversary.apgd, "apgd_t": adversary.apgd_targeted,
-                       "fab": adversary.fab, "square": adversary.square}[group]
-                for key, val in values.items():
-                    setattr(obj, "thr_decr" if key == "rho" else key, val)
-                if group in ("apgd", "apgd_t") and "n_iter" in values:
-                    # quirk 6: the checkpoint schedule is only derived in __init__
-                    obj.n_iter_orig = obj.n_iter
-                    obj.n_iter_2 = max(int(0.22 * obj.n_iter), 1)
-                    obj.n_iter_min = max(int(0.06 * obj.n_iter), 1)
-                    obj.size_decr = max(int(0.03 * obj.n_iter), 1)
-        for obj, name in ((adversary.apgd_targeted, "apgd-t"), (adversary.fab, "fab-t")):
-            if obj.n_target_classes > n_classes - 1:
-                notes.append(f"{name}: n_target_classes clamped from {obj.n_target_classes} "
-                             f"to {n_classes - 1} (model has {n_classes} classes)")
-                obj.n_target_classes = n_classes - 1
-
-        # ---- clean accuracy (once) and AutoAttack's sanity checks
-        clean_pred = _predict(net, x01, batch_size, device)
-        clean_correct = clean_pred.eq(y)
-        xb, yb = x01[:batch_size].to(device), y[:batch_size].to(device)
-        randomized_probe = _WarningCollector()
-        checks.check_randomized(net, xb, yb, bs=batch_size, logger=randomized_probe)
+        n_classes = _count_classes(net, x01, y, attacks, device)
+        adversary, notes = _configure_adversary(net, epsilon=epsilon, seed=seed, device=device,
+                                                version=version, overrides=overrides,
+                                                n_classes=n_classes)
+        # clean accuracy (once) and AutoAttack's sanity checks
+        clean_correct = _predict(net, x01, batch_size, device).eq(y)
+        randomized_probe = _sanity_checks(
+            stack, checks, adversary, net, x01[:batch_size].to(device),
+            y[:batch_size].to(device), attacks=attacks, n_classes=n_classes,
+            batch_size=batch_size, version=version, library_checks=library_checks,
+            collector=collector)
         randomized = bool(randomized_probe.messages)
-        if randomized:
-            log.warning("model output is random at evaluation (AutoAttack suggests version "
-                        "'rand'); running version %r as in the paper", version)
-        if library_checks == "once":
-            # run_standard_evaluation repeats these checks (7 extra forward passes) for
-            # every attack; run them once here and switch them off inside the library
-            checks.check_range_output(net, xb, logger=collector)
-            checks.funcs.update({k: 0 for k in checks.funcs})  # quirk 4
-            tracer = sys.gettrace()
-            try:
-                checks.check_dynamic(net, xb, False, logger=collector)
-            finally:
-                sys.settrace(tracer)  # quirk 4
-            checks.check_n_classes(n_classes, list(attacks),
-                                   adversary.apgd_targeted.n_target_classes,
-                                   adversary.fab.n_target_classes, logger=collector)
-            for fname, repl in (
-                    ("check_randomized", lambda *a, **k: None),
-                    ("check_range_output", lambda *a, **k: n_classes),
-                    ("check_dynamic", lambda *a, **k: None),
-                    ("check_n_classes", lambda *a, **k: None)):
-                stack.callback(setattr, checks, fname, getattr(checks, fname))
-                setattr(checks, fname, repl)
         do_recheck = randomized if recheck is None else bool(recheck)
 
         per_attack: dict[str, dict[str, Any]] = {}
@@ -447,50 +562,15 @@ def run_autoattack(model: nn.Module, x01: Tensor, y: Tensor, *, epsilon: float,
         for i, attack in enumerate(attacks):
             log.info("[%d/%d] %s at eps=%g on %d examples ...", i + 1, len(attacks), attack,
                      epsilon, n)
-            adversary.attacks_to_run = [attack]
-            checks.funcs.update({k: 0 for k in checks.funcs})  # quirk 4
-            tracer = sys.gettrace()
-            t0 = time.perf_counter()
-            try:
-                out = adversary.run_standard_evaluation(x01, y, batch_size=batch_size)
-            finally:
-                sys.settrace(tracer)  # quirk 4
-            seconds = time.perf_counter() - t0
-            if not (isinstance(out, tuple) and len(out) == 2):
-                raise RuntimeError(f"unexpected return from pyautoattack: {type(out)}")
-            x_adv, y_adv = out
-            x_adv = x_adv.detach().to("cpu", torch.float32)
-            flags = y_adv.detach().cpu().eq(y)  # the library's own robust flags (quirk 2)
-            # independent re-check (paper's CHECK metric): recompute clean and adversarial
-            # predictions; identical to `flags` for deterministic models
-            recheck_flags = (clean_correct & _predict(net, x_adv, batch_size, device).eq(y)
-                             if do_recheck else None)
-            linf = (x_adv.double() - x01.double()).abs().flatten(1).amax(1)
-            adversarials[attack] = x_adv
+            per_attack[attack], adversarials[attack] = _run_attack(
+                adversary, checks, attack, net, x01, y, clean_correct, do_recheck=do_recheck,
+                batch_size=batch_size, device=device)
             effective[attack] = _read_settings(adversary, _ATTACK_OBJECT[attack])
-            per_attack[attack] = {
-                "robust_accuracy": float(flags.float().mean()),
-                "n_robust": int(flags.sum()),
-                "seconds": seconds,
-                "robust_accuracy_recheck": (None if recheck_flags is None
-                                            else float(recheck_flags.float().mean())),
-                "max_linf_perturbation": float(linf.max()),
-                "robust_flags": flags.int().tolist(),
-                "robust_flags_recheck": (None if recheck_flags is None
-                                         else recheck_flags.int().tolist()),
-            }
             log.info("[%d/%d] %s: robust accuracy %.2f%% (%.1f s) | %s", i + 1, len(attacks),
-                     attack, 100 * per_attack[attack]["robust_accuracy"], seconds,
-                     attacks_done.step())  # with ETA
+                     attack, 100 * per_attack[attack]["robust_accuracy"],
+                     per_attack[attack]["seconds"], attacks_done.step())  # with ETA
 
-        worst = torch.ones(n, dtype=torch.bool)
-        worst_recheck = clean_correct.clone()
-        for attack in attacks:
-            worst &= torch.tensor(per_attack[attack]["robust_flags"], dtype=torch.bool)
-            if do_recheck:
-                worst_recheck &= torch.tensor(per_attack[attack]["robust_flags_recheck"],
-                                              dtype=torch.bool)
-
+        worst, worst_recheck = _worst_case(per_attack, attacks, n, clean_correct, do_recheck)
         record = {
             "epsilon": epsilon,
             "norm": "Linf",
@@ -563,7 +643,8 @@ def evaluate_autoattack(model: nn.Module, x01: Tensor, y: Tensor, *, epsilon: fl
     default backend flags (cuDNN TF32 on, as the authors' code ran; no effect on CPU).
     Runs with the model in eval mode without parameter gradients, and is
     deterministic for a fixed ``seed`` (deterministic model and kernels). Returns a
-    JSON-serialisable record (see :func:`run_autoattack` for the adversarial examples).
+    JSON-serialisable record (see :func:`evaluate_autoattack_with_adversarials` for the
+    adversarial examples).
 
     Record: ``epsilon``, ``norm``, ``version``, ``precision``, ``tf32_active`` (whether TF32
     was possible: precision tf32 on a CUDA device of compute capability ≥ 8), ``attacks``,
@@ -576,13 +657,209 @@ def evaluate_autoattack(model: nn.Module, x01: Tensor, y: Tensor, *, epsilon: fl
     ``robust_flags``, ``max_linf_perturbation``, recheck fields), ``randomized_model``,
     ``library_warnings``, ``seconds``.
     """
-    record, _ = run_autoattack(model, x01, y, epsilon=epsilon, attacks=attacks, version=version,
-                               settings=settings, batch_size=batch_size, seed=seed,
-                               device=device, normalize=normalize, logits_fn=logits_fn,
-                               recheck=recheck, library_checks=library_checks,
-                               precision=precision)
+    record, _ = evaluate_autoattack_with_adversarials(
+        model, x01, y, epsilon=epsilon, attacks=attacks, version=version, settings=settings,
+        batch_size=batch_size, seed=seed, device=device, normalize=normalize,
+        logits_fn=logits_fn, recheck=recheck, library_checks=library_checks,
+        precision=precision)
     return record
 
 
-__all__ = ["NormalizedModel", "no_tf32", "evaluate_autoattack", "run_autoattack",
-           "STANDARD_ATTACKS", "KNOWN_ATTACKS", "PAPER_EPSILONS", "DEMO_SETTINGS"]
+# --------------------------------------------------------------------------- model files
+def first_examples(dataset_root: str | Path, split: str, n: int, resolution: int
+                   ) -> tuple[torch.Tensor, torch.Tensor]:
+    """The first ``n`` examples of a split, un-normalised in [0, 1], in manifest order."""
+    loader = make_loader(dataset_root, split, resolution=resolution, batch_size=min(n, 256),
+                         train=False, normalize=False)
+    xs, ys, got = [], [], 0
+    for x, y in loader:
+        xs.append(x)
+        ys.append(y)
+        got += len(y)
+        if got >= n:
+            break
+    x, y = torch.cat(xs)[:n], torch.cat(ys)[:n]
+    if len(y) < n:
+        log.warning("split '%s' has only %d examples; AutoAttack runs on all of them (asked %d)",
+                    split, len(y), n)
+    return x, y
+
+
+def _trained_model(model_path: str | Path, device: str) -> tuple[NormalizedModel, dict]:
+    """The trained model as AutoAttack sees it: [0, 1] inputs → logits through the defense's
+    inference path, eval mode."""
+    model, defense, ckpt = load_model(model_path, device)
+
+    class Logits(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.inner = model
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return defense.logits(self.inner, x)
+
+    return NormalizedModel(Logits()).eval(), ckpt
+
+
+def evaluate_autoattack_model_file(*, model_path: str | Path, dataset_root: str | Path,
+                                   out_path: str | Path, epsilon: float,
+                                   settings: Mapping[str, Any], resolution: int,
+                                   device: str = "cpu") -> dict[str, Any]:
+    """One (model, ε) job of rule autoattack; ``settings`` is the config's ``autoattack``
+    block (``precision`` defaults to fp32). Writes the record (with ``precision`` and
+    ``tf32_active``) to ``out_path``."""
+    precision = check_precision(settings.get("precision", DEFAULT_PRECISION))
+    net, ckpt = _trained_model(model_path, device)
+    x, y = first_examples(dataset_root, settings["split"], settings["n_examples"], resolution)
+    result = evaluate_autoattack(
+        net, x, y, epsilon=epsilon,
+        attacks=tuple(settings["attacks"]), version=settings["version"],
+        settings=settings.get("settings") or None, batch_size=settings["batch_size"],
+        seed=settings["seed"], device=device, precision=precision)
+    result.update(model_id=ckpt["model_id"], split=settings["split"],
+                  epsilon_tag=eps_tag(epsilon), model_path=str(model_path))
+    io.write_json(out_path, result)
+    log.info("%s eps=%s robust accuracy %.4f (clean %.4f, precision %s)", ckpt["model_id"],
+             eps_tag(epsilon), result["robust_accuracy"], result["clean_accuracy"], precision)
+    return result
+
+
+# --------------------------------------------------------------------------- precision bench
+def _device_name(device: str | torch.device) -> str:
+    device = torch.device(device)
+    if device.type == "cuda":
+        major, minor = torch.cuda.get_device_capability(device)
+        return f"{torch.cuda.get_device_name(device)} (compute capability {major}.{minor})"
+    return str(device)
+
+
+def compare_precisions(model: torch.nn.Module, x01: torch.Tensor, y: torch.Tensor, *,
+                       epsilons: Sequence[float], attacks: Sequence[str],
+                       version: str = "standard", settings: Mapping[str, Any] | None = None,
+                       batch_size: int = 128, seed: int = 0, device: str = "cpu",
+                       precisions: Sequence[str] = PRECISIONS) -> dict[str, Any]:
+    """AutoAttack robust accuracy of ``model`` (see :func:`evaluate_autoattack`
+    for its arguments) at each ε under each precision, same examples and seed. Returns
+    ``{"device", "torch_version", "rows": [{epsilon, precision, tf32_active, clean_accuracy,
+    robust_accuracy, robust_<attack>, seconds}], "differences": [{epsilon, robust_fp32,
+    robust_tf32, tf32_minus_fp32, n_examples_differing, tf32_active}], "note"}``
+    (``differences`` only when both fp32 and tf32 ran)."""
+    precisions = [check_precision(p, "precisions") for p in precisions]
+    rows: list[dict[str, Any]] = []
+    flags: dict[tuple[float, str], list[int]] = {}
+    for eps in epsilons:
+        for precision in precisions:
+            rec = evaluate_autoattack(model, x01, y, epsilon=float(eps), attacks=attacks,
+                                      version=version, settings=settings,
+                                      batch_size=batch_size, seed=seed, device=device,
+                                      precision=precision)
+            row = {"epsilon": float(eps), "precision": precision,
+                   "tf32_active": rec["tf32_active"], "n_examples": rec["n_examples"],
+                   "clean_accuracy": rec["clean_accuracy"],
+                   "robust_accuracy": rec["robust_accuracy"], "seconds": rec["seconds"]}
+            row.update({f"robust_{a}": v["robust_accuracy"] for a, v in rec["per_attack"].items()})
+            rows.append(row)
+            flags[(float(eps), precision)] = rec["robust_flags"]
+            log.info("eps=%g %s: robust %.4f (clean %.4f, tf32 active: %s, %.1f s)", eps,
+                     precision, rec["robust_accuracy"], rec["clean_accuracy"],
+                     rec["tf32_active"], rec["seconds"])
+    differences = []
+    if {"fp32", "tf32"} <= set(precisions):
+        by = {(r["epsilon"], r["precision"]): r for r in rows}
+        for eps in epsilons:
+            a, b = by[(float(eps), "fp32")], by[(float(eps), "tf32")]
+            fa, fb = flags[(float(eps), "fp32")], flags[(float(eps), "tf32")]
+            differences.append({
+                "epsilon": float(eps), "robust_fp32": a["robust_accuracy"],
+                "robust_tf32": b["robust_accuracy"],
+                "tf32_minus_fp32": b["robust_accuracy"] - a["robust_accuracy"],
+                "n_examples_differing": sum(int(u != v) for u, v in zip(fa, fb)),
+                "tf32_active": b["tf32_active"]})
+    active = tf32_active("tf32", device)
+    note = ("tf32 ran with cuDNN TF32 convolutions on this GPU: the differences are the "
+            "effect of PyTorch's default precision on the measurement" if active else
+            "TF32 is not available on this device (CPU or a GPU of compute capability < 8): "
+            "fp32 and tf32 compute the same numbers, so any difference would be a bug; run "
+            "on an Ampere-or-later GPU to measure the effect")
+    return {"device": _device_name(device), "torch_version": torch.__version__,
+            "rows": rows, "differences": differences, "note": note}
+
+
+def precision_benchmark(*, model_path: str | Path, dataset_root: str | Path,
+                        settings: Mapping[str, Any], out_path: str | Path,
+                        epsilons: Sequence[float] | None = None,
+                        n_examples: int | None = None, device: str = "cpu",
+                        precisions: Sequence[str] = PRECISIONS) -> dict[str, Any]:
+    """:func:`compare_precisions` for a trained model on the first examples of its dataset's
+    ``settings['split']`` (``settings``: the config's ``autoattack`` block; ``epsilons`` and
+    ``n_examples`` override it), written atomically as JSON to ``out_path``."""
+    net, ckpt = _trained_model(model_path, device)
+    n = int(n_examples if n_examples is not None else settings["n_examples"])
+    x, y = first_examples(dataset_root, settings["split"], n, int(ckpt["resolution"]))
+    eps = [float(e) for e in (epsilons if epsilons is not None else settings["epsilons"])]
+    result = compare_precisions(net, x, y, epsilons=eps, attacks=tuple(settings["attacks"]),
+                                version=settings["version"],
+                                settings=settings.get("settings") or None,
+                                batch_size=int(settings["batch_size"]),
+                                seed=int(settings["seed"]), device=device,
+                                precisions=precisions)
+    result.update(model_id=ckpt["model_id"], model_path=str(model_path),
+                  split=settings["split"], attacks=list(settings["attacks"]),
+                  version=settings["version"])
+    io.write_json(out_path, result)
+    return result
+
+
+def _table(result: Mapping[str, Any]) -> str:
+    lines = [f"device: {result['device']} (torch {result['torch_version']})",
+             f"{'epsilon':>9} {'fp32':>8} {'tf32':>8} {'tf32-fp32':>10} {'differing':>9}"]
+    for d in result["differences"]:
+        lines.append(f"{d['epsilon']:>9g} {d['robust_fp32']:>8.4f} {d['robust_tf32']:>8.4f} "
+                     f"{d['tf32_minus_fp32']:>+10.4f} {d['n_examples_differing']:>9d}")
+    lines.append(result["note"])
+    return "\n".join(lines)
+
+
+def precision_benchmark_main(argv: Sequence[str] | None = None) -> int:
+    """CLI of ``workflow/scripts/bench_gpu_precision.py``: Table 14's cells (robust accuracy at
+    each ε) of one trained model under fp32 and tf32; prints the comparison, writes JSON."""
+    import argparse
+
+    from atat.config import load_config, validate_config
+
+    ap = argparse.ArgumentParser(
+        prog="bench_gpu_precision.py",
+        description="AutoAttack robust accuracy of one model at each epsilon under "
+                    "autoattack.precision fp32 (TF32 off) and tf32 (PyTorch's defaults, as "
+                    "the authors' code ran). Meaningful on a CUDA GPU with TF32 (compute "
+                    "capability >= 8); on CPU both columns are identical (TF32 does not exist).")
+    ap.add_argument("--model", required=True, help="a trained model.pt (rule train_model)")
+    ap.add_argument("--dataset-root", required=True,
+                    help="its dataset's private root, e.g. results/datasets/facescrub/private")
+    ap.add_argument("--config", nargs="+", default=["config/config.yaml"],
+                    help="config file(s), later ones overlay earlier ones; its autoattack "
+                         "block gives attacks, version, settings, split, batch size, seed")
+    ap.add_argument("--epsilons", type=float, nargs="+", default=None,
+                    help="default: autoattack.epsilons (Table 14 alone: 1e-5)")
+    ap.add_argument("--n-examples", type=int, default=None,
+                    help="default: autoattack.n_examples")
+    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    ap.add_argument("--out", default="results/bench/precision.json")
+    args = ap.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
+    cfg = load_config(*args.config)
+    validate_config(cfg)
+    result = precision_benchmark(model_path=args.model, dataset_root=args.dataset_root,
+                                 settings=cfg["autoattack"], out_path=args.out,
+                                 epsilons=args.epsilons, n_examples=args.n_examples,
+                                 device=args.device)
+    print(_table(result))
+    print(f"written: {args.out}")
+    return 0
+
+
+__all__ = ["NormalizedModel", "no_tf32", "evaluate_autoattack",
+           "evaluate_autoattack_with_adversarials", "evaluate_autoattack_model_file",
+           "first_examples", "compare_precisions", "precision_benchmark",
+           "precision_benchmark_main", "STANDARD_ATTACKS", "KNOWN_ATTACKS", "PAPER_EPSILONS",
+           "DEMO_SETTINGS"]

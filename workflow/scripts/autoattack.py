@@ -4,9 +4,10 @@ from _common import device, setup
 
 setup(snakemake)  # noqa: F821
 
-from atat.robust_eval import run_autoattack  # noqa: E402
+from atat.robustness import evaluate_autoattack_model_file  # noqa: E402
 
 p = snakemake.params  # noqa: F821
-run_autoattack(model_path=snakemake.input.model, dataset_root=p.dataset_root,  # noqa: F821
-               out_path=snakemake.output[0], epsilon=float(p.epsilon), settings=p.autoattack,  # noqa: F821
-               resolution=p.resolution, device=device())
+evaluate_autoattack_model_file(
+    model_path=snakemake.input.model, dataset_root=p.dataset_root,  # noqa: F821
+    out_path=snakemake.output[0], epsilon=float(p.epsilon), settings=p.autoattack,  # noqa: F821
+    resolution=p.resolution, device=device())

@@ -6,13 +6,13 @@ robust accuracy at each epsilon for one trained model) under ``autoattack.precis
         --dataset-root results/datasets/<ds>/private --epsilons 1e-5 0.0005 --device cuda
 
 On CPU (or a GPU without TF32) it runs too, at any scale, but both settings compute the same
-numbers there. Logic: :func:`atat.robust_eval.precision_benchmark_main`.
+numbers there. Logic: :func:`atat.robustness.precision_benchmark_main`.
 """
 
 import sys
 
 import _common  # noqa: F401  (imports atat from this checkout)
 
-from atat.robust_eval import precision_benchmark_main  # noqa: E402
+from atat.robustness import precision_benchmark_main  # noqa: E402
 
 sys.exit(precision_benchmark_main())
