@@ -77,12 +77,14 @@ def test_markers_are_pruned(tmp_path, calls, monkeypatch):
     assert len(list((tmp_path / "memo").iterdir())) == 3
 
 
-def test_dag_time_modules_import_no_torch():
+def test_dag_time_modules_import_neither_torch_nor_statsmodels():
     """What common.smk and the rule files import while Snakemake builds the DAG must not
-    pull in torch/torchvision (~5 s of every dry run before issue 14 item 9)."""
+    pull in torch/torchvision (~5 s of every dry run before issue 14 item 9) nor
+    statsmodels/scipy.stats (~2 s)."""
     code = ("import sys; import atat.config, atat.config_memo, atat.weights_table, atat.io, "
-            "atat.summary, atat.tables, atat.report; "
-            "print(sorted(m for m in ('torch', 'torchvision') if m in sys.modules))")
+            "atat.summary, atat.tables, atat.report, atat.stats.causal, atat.stats.regression; "
+            "print(sorted(m for m in ('torch', 'torchvision', 'statsmodels', 'scipy.stats') "
+            "if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          env={"PYTHONPATH": str(ROOT / "src")})
     assert out.returncode == 0, out.stderr

@@ -20,8 +20,6 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
-from scipy import stats as sps
-from scipy.special import expit
 
 from atat.stats.regression import SpecSkipped, fit_beta, fit_ols, squeeze_unit_interval
 
@@ -89,6 +87,8 @@ def delta_method_delta(alpha: float, tau: float, cov: np.ndarray) -> dict[str, A
     """Delta = expit(alpha + tau) - expit(alpha) and its delta-method variance
     g' cov g with g = (mu1(1-mu1) - mu0(1-mu0), mu1(1-mu1)) (App. H); ``cov`` is the 2x2
     covariance of (alpha_hat, tau_hat)."""
+    from scipy.special import expit  # here: the workflow imports this module for the DAG
+
     mu0 = float(expit(alpha))
     mu1 = float(expit(alpha + tau))
     g = np.array([mu1 * (1 - mu1) - mu0 * (1 - mu0), mu1 * (1 - mu1)])
@@ -101,6 +101,8 @@ def delta_method_delta(alpha: float, tau: float, cov: np.ndarray) -> dict[str, A
 def causal_beta(df: pd.DataFrame, response: str, treatment: str = "treatment",
                 beta_cov: str = "eim") -> dict[str, Any]:
     """Beta regression of ``response`` (in [0, 1]) on the treatment indicator."""
+    from scipy import stats as sps
+
     y, X = _design(df, response, treatment)
     if y.min() < 0 or y.max() > 1:
         raise SpecSkipped(f"Beta response {response} outside [0, 1]")

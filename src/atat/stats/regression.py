@@ -47,9 +47,9 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
-import statsmodels.api as sm
-from scipy import stats as sps
-from statsmodels.othermod.betareg import BetaModel
+
+# statsmodels and scipy.stats (~2 s to import) are imported by the fitting functions only:
+# the workflow imports this module while it builds the DAG (expand_grids, select_sample).
 
 __all__ = [
     "DEFAULTS",
@@ -430,6 +430,9 @@ def _prepare(df: pd.DataFrame, spec: Mapping[str, Any]):
 def fit_ols(y: pd.Series, X: pd.DataFrame, cov_type: str = "HC2") -> tuple[pd.DataFrame, dict, Any]:
     """OLS via statsmodels: coefficients with classical and HC0-HC3 SEs; the reported
     ``se``/``stat``/``p_value``/``ci`` use ``cov_type`` with Student t on n-k df."""
+    import statsmodels.api as sm
+    from scipy import stats as sps
+
     model = sm.OLS(np.asarray(y, float), X)
     res = model.fit()
     inf = model.fit(cov_type=cov_type, use_t=True) if cov_type != "nonrobust" else res
@@ -471,6 +474,9 @@ def fit_beta(y: pd.Series, X: pd.DataFrame, cov: str = "eim") -> tuple[pd.DataFr
     exp(log-precision), se by the delta method, z = phi/se (R's identity-scale Wald test),
     interval = exp of the log-scale Wald interval.
     """
+    from scipy import stats as sps
+    from statsmodels.othermod.betareg import BetaModel
+
     yv = np.asarray(y, float)
     yv_fit, squeezed = squeeze_unit_interval(yv)
     model = BetaModel(yv_fit, X)
