@@ -656,10 +656,9 @@ def bench_inversion(cfg: Mapping[str, Any], cache: Path, *, attacks: Sequence[st
         shares = {part: [r["parts"].get(part, 0.0) / r["wall"] for r in runs]
                   for part in INVERSION_PARTS}
         phase_names = sorted({name for r in runs for name in r["phases"]})
-        phase_txt = ", ".join(
-            f"{name} "
-            f"{100 * statistics.median([r['phases'].get(name, 0.0) / r['wall'] for r in runs]):.0f}%"
-            for name in phase_names)
+        phase_share = {name: statistics.median([r["phases"].get(name, 0.0) / r["wall"]
+                                                for r in runs]) for name in phase_names}
+        phase_txt = ", ".join(f"{name} {100 * v:.0f}%" for name, v in phase_share.items())
         split_txt = ", ".join(f"{part} {100 * statistics.median(s):.0f}%"
                               for part, s in shares.items() if max(s) > 0)
         rows.append(Row("inversion", attack, med / n_img, float("nan"), med / n_img,
@@ -735,9 +734,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--threads", type=int, default=1,
                     help="torch threads (the demo runs one thread per job)")
     ap.add_argument("--quick", action="store_true",
-                    help="tiny sizes (batch 8, 8 AutoAttack examples, 1 epoch, inversion on 1 class "
-                         "with 2 steps per stage): checks that the benchmark runs, numbers not "
-                         "meaningful")
+                    help="tiny sizes (batch 8, 8 AutoAttack examples, 1 epoch, inversion on 1 "
+                         "class with 2 steps per stage): checks that the benchmark runs, numbers "
+                         "not meaningful")
     ap.add_argument("--inversion-classes", type=int, default=2,
                     help="classes attacked per inversion job (the demo attacks all 20; the "
                          "per-image cost is close to linear in the classes)")
