@@ -272,3 +272,13 @@ def test_run_radii_per_stage_and_zero_means_free(tmp_path):
     with pytest.raises(ValueError, match="radius"):
         run_ifgmi(_gen(), _target(), _params(max_radius_w=[1, 1]), image_scorer,
                   progress=False, log=lambda *_: None)
+
+
+def test_run_ifgmi_logs_one_progress_line_per_batch(caplog):
+    with caplog.at_level("INFO", logger="atat.inversion.ifgmi"):
+        run_ifgmi(_gen(), _target(), _params(steps=[1, 1]), image_scorer, progress=True,
+                  log=lambda *_: None)
+    lines = [r.getMessage() for r in caplog.records if r.name == "atat.inversion.ifgmi"
+             and r.getMessage().startswith("IF-GMI batches")]
+    # 2 classes x 3 candidates in batches of 2 within a class: 2 batches per class
+    assert [line.split()[2] for line in lines] == ["1/4", "2/4", "3/4", "4/4"], lines

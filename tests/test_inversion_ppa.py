@@ -186,3 +186,13 @@ def test_run_ppa_outputs_and_resume_equivalence(tmp_path, monkeypatch):
 def test_unknown_loss_is_refused():
     with pytest.raises(ValueError, match="unknown inversion loss"):
         core.identity_loss("hinge")
+
+
+def test_run_ppa_logs_one_progress_line_per_batch(caplog):
+    with caplog.at_level("INFO", logger="atat.inversion.ppa"):
+        ppa.run_ppa(tiny_generator(), TinyTarget(), params(batch_size=2), fake_scorer,
+                    progress=True)
+    lines = [r.getMessage() for r in caplog.records if r.name == "atat.inversion.ppa"
+             and r.getMessage().startswith("PPA batches")]
+    # 2 classes x 4 candidates in batches of 2
+    assert [line.split()[2] for line in lines] == ["1/4", "2/4", "3/4", "4/4"], lines

@@ -13,6 +13,8 @@ from atat.config import (  # noqa: E402
     model_runs,
     training_params,
 )
+from atat.config import n_classes as _n_classes  # noqa: E402
+from atat.report import inversion_attacks  # noqa: E402
 from atat.config_memo import validate_config_once  # noqa: E402
 from atat.weights_table import (  # noqa: E402
     torchvision_weights_filename,
@@ -29,7 +31,7 @@ except ConfigError as exc:
 RES = config["resources_dir"]
 RUNS = model_runs(config)
 EPS = {eps_tag(e): float(e) for e in config["autoattack"]["epsilons"]}
-INV_ATTACKS = list((config.get("inversion") or {}).get("attacks") or [])
+INV_ATTACKS = inversion_attacks(config)
 SYNTH = [n for n, d in config["datasets"].items() if d["source"] == "synthfaces"]
 REAL = [n for n, d in config["datasets"].items() if d["source"] != "synthfaces"]
 
@@ -55,8 +57,7 @@ def dataset_resolution(dataset):
 
 
 def n_classes(dataset):
-    ds = config["datasets"][dataset]
-    return ds.get("n_classes") or ds["synthetic"]["n_private_identities"]
+    return _n_classes(config, dataset)
 
 
 def weights_path(wildcards):

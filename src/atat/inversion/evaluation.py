@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import copy
 import logging
-import random
 import time
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
@@ -36,6 +35,7 @@ from torch.utils.data import DataLoader, Subset
 from atat import io
 from atat.data.loading import ManifestDataset, build_transform, make_loader
 from atat.data.manifest import read_meta
+from atat.inversion.core import seed_everything
 from atat.models import Classifier, build_model
 from atat.progress import Progress
 from atat.train import TrainingDivergedError, evaluate, versions
@@ -166,12 +166,6 @@ class _SummedCE:
         return F.cross_entropy(logits, y, reduction="sum"), logits
 
 
-def _seed(seed: int) -> None:
-    torch.manual_seed(seed)
-    np.random.seed(seed)
-    random.seed(seed)
-
-
 def _recipe(training: Mapping[str, Any] | None) -> dict[str, Any]:
     p = {**EVAL_TRAINING_DEFAULTS, **dict(training or {})}
     if any(m >= p["epochs"] for m in p["lr_milestones"]):
@@ -260,7 +254,7 @@ def train_evaluation_model(dataset_root: str | Path, *, out_model: str | Path,
     train (un-augmented), validation and test accuracies; returns the metrics."""
     device = torch.device(device)
     p = _recipe(training)
-    _seed(seed)
+    seed_everything(seed)
     loader_gen = torch.Generator().manual_seed(seed)
     model = build_evaluation_model(n_classes, aux_logits=aux_logits, weights_path=weights_path,
                                    resolution=resolution).to(device)
@@ -436,7 +430,7 @@ def train_face_embedding(dataset_dir: str | Path, *, out_model: str | Path,
     root = Path(dataset_dir)
     public_root, private_root = root / "public", root / "private"
     p = _recipe(training)
-    _seed(seed)
+    seed_everything(seed)
     loader_gen = torch.Generator().manual_seed(seed)
     public_names = set(read_meta(public_root)["class_names"])
     overlap: list[str] = []

@@ -34,6 +34,7 @@ from torch import nn
 
 from atat import io
 from atat.precision import no_tf32
+from atat.progress import track  # one log line per batch, with ETA
 
 from .core import (
     ResultAccumulator,
@@ -180,12 +181,6 @@ def _merge(dst: ResultAccumulator, rows: list, best: Mapping) -> None:
             dst.best[c] = (float(conf), img)
 
 
-def _progress(iterable, enabled: bool, desc: str):
-    from atat.progress import track  # one log line per batch, with ETA
-
-    return track(iterable, desc, log=logging.getLogger(__name__), enabled=enabled)
-
-
 # ------------------------------------------------------------------ the attack
 def run_ifgmi(G: nn.Module, target_model: nn.Module, params: Mapping[str, Any], scorer: Callable,
               *, device: str | torch.device = "cpu", resume_dir: str | Path | None = None,
@@ -266,7 +261,8 @@ def run_ifgmi(G: nn.Module, target_model: nn.Module, params: Mapping[str, Any], 
         stage_w: list[list[torch.Tensor]] = [[] for _ in range(n_stages)]
         stage_conf: list[list[torch.Tensor]] = [[] for _ in range(n_stages)]
         order: list[torch.Tensor] = []
-        for b, idx in enumerate(_progress(batches, progress, "IF-GMI batches")):
+        for b, idx in enumerate(track(batches, "IF-GMI batches", log=logging.getLogger(__name__),
+                                      enabled=progress)):
             path = resume / f"batch{b:05d}.pt" if resume else None
             saved = io.load_resume(path) if path is not None else None  # corrupt: redone
             if saved is None:

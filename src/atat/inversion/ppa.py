@@ -19,6 +19,7 @@ from torch import nn
 
 from atat import io
 from atat.precision import no_tf32
+from atat.progress import track  # one log line per batch, with ETA
 
 from .core import (
     ResultAccumulator,
@@ -35,12 +36,6 @@ from .core import (
 log = logging.getLogger(__name__)
 
 __all__ = ["run_ppa", "score_latents"]
-
-
-def _progress(iterable, enabled: bool, desc: str):
-    from atat.progress import track  # one log line per batch, with ETA
-
-    return track(iterable, desc, log=logging.getLogger(__name__), enabled=enabled)
 
 
 @torch.no_grad()
@@ -100,7 +95,8 @@ def run_ppa(G: nn.Module, target_model: nn.Module, params: Mapping[str, Any], sc
         bs = int(params["batch_size"])
         batches = range(0, len(w_init), bs)
         w_opt, last_conf = [], []
-        for b, start in enumerate(_progress(batches, progress, "PPA batches")):
+        for b, start in enumerate(track(batches, "PPA batches", log=logging.getLogger(__name__),
+                                        enabled=progress)):
             path = resume / f"batch{b:05d}.pt" if resume else None
             saved = io.load_resume(path) if path is not None else None  # corrupt: redone
             if saved is None:
