@@ -15,7 +15,7 @@ $(VENV)/.installed: pyproject.toml
 venv: $(VENV)/.installed
 
 demo: venv
-	$(VENV)/bin/snakemake all --configfile config/demo.yaml --cores $(CORES) --keep-going --rerun-incomplete --show-failed-logs --logger rich --set-threads train_model=1 autoattack=1 invert=1 measure_hsic=1
+	$(VENV)/bin/snakemake all --configfile config/demo.yaml --cores $(CORES) --keep-going --rerun-incomplete --show-failed-logs --logger rich --set-threads train_model=1 autoattack=1 invert=1 measure_hsic=1 train_generator=1 train_evaluation_model=1 train_face_embedding=1
 
 test: venv
 	$(VENV)/bin/python -m pytest -q

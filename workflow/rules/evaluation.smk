@@ -59,6 +59,9 @@ rule train_evaluation_model:
         "logs/evaluation/{dataset}.log",
     benchmark:
         "benchmarks/evaluation/{dataset}.tsv"
+    # Critical path: every inversion job waits for this one, so it starts as soon as its
+    # input exists instead of after the training and AutoAttack jobs (issue 16).
+    priority: 50
     threads: 8
     resources:
         gpu=1,
@@ -92,6 +95,9 @@ rule train_face_embedding:
         "logs/face_embedding/{dataset}.log",
     benchmark:
         "benchmarks/face_embedding/{dataset}.tsv"
+    # Critical path: every inversion job waits for this one, so it starts as soon as its
+    # input exists instead of after the training and AutoAttack jobs (issue 16).
+    priority: 50
     threads: 4
     resources:
         mem_mb=8000,

@@ -101,6 +101,9 @@ rule train_generator:
         "logs/inversion/train_generator_{generator}.log",
     benchmark:
         "benchmarks/inversion/train_generator_{generator}.tsv"
+    # Critical path: every inversion job waits for this one, so it starts as soon as its
+    # input exists instead of after the training and AutoAttack jobs (issue 16).
+    priority: 50
     threads: 4
     resources:
         gpu=1,
