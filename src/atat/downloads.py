@@ -1,49 +1,21 @@
-"""Downloads into the shared cache: to a temporary name, verified, then renamed, so many
-jobs starting at once never see a partial file and a corrupt download never becomes an
-output. Files already in place (offline clusters) are verified and used without network."""
+"""Pretrained weights into the shared cache through the one fetch layer (:mod:`atat.fetch`):
+torchvision ImageNet weights (:func:`fetch`, checked against the hash prefix in their name)
+and the inversion stage's StyleGAN2-ADA pickles, FaceNet and LPIPS files
+(:func:`fetch_weights`, checked against the lock file and *loaded* by a content check).
+Files already in place (offline clusters) are verified and used without network."""
 
 from __future__ import annotations
 
-import contextlib
-import glob
-import hashlib
 import logging
-import os
-import tempfile
-import time
 from pathlib import Path
+
+from atat.fetch import (DEFAULT_LOCK_FILE, ChecksumError, OfflineMissingFileError, load_lock,
+                        obtain, record_first_checksum, sha256sum)
 
 log = logging.getLogger(__name__)
 
-
-class ChecksumError(RuntimeError):
-    """A file's hash does not match the expected one."""
-
-
-def sha256sum(path: str | Path, chunk: int = 1 << 20) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(chunk), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
-def verify(path: str | Path, *, sha256: str | None = None, sha256_prefix: str | None = None,
-           size: int | None = None) -> str:
-    """Check size and (prefix of) sha256; return the full hash. Raise naming file and hashes."""
-    path = Path(path)
-    if size is not None and path.stat().st_size != size:
-        raise ChecksumError(f"{path}: size {path.stat().st_size} bytes, expected {size} "
-                            "(truncated or wrong file)")
-    digest = sha256sum(path)
-    expected = sha256 or sha256_prefix
-    if expected and not digest.startswith(expected.lower()):
-        raise ChecksumError(f"{path}: sha256 {digest} does not match expected {expected}")
-    return digest
-
-
-class OfflineMissingFileError(FileNotFoundError):
-    """Offline mode and a required file is not in place."""
+__all__ = ["ChecksumError", "OfflineMissingFileError", "WeightFileError", "fetch", "fetch_weights",
+           "sha256sum", "torchvision_hash_prefix"]
 
 
 def fetch(url: str, dest: str | Path, *, sha256: str | None = None,
@@ -52,41 +24,12 @@ def fetch(url: str, dest: str | Path, *, sha256: str | None = None,
     """Download ``url`` to ``dest`` unless it is already there; verify either way. With
     ``offline`` the network is never used: a missing file is an error naming where to put it."""
     dest = Path(dest)
-    if dest.exists():
-        verify(dest, sha256=sha256, sha256_prefix=sha256_prefix, size=size)
-        log.info("using %s already in place", dest)
-        return dest
-    if offline:
+    if offline and not dest.is_file():
         raise OfflineMissingFileError(f"offline mode: {dest} is missing; download {url} on a "
                                       f"machine with internet and place it at {dest}")
-    from torch.hub import download_url_to_file
-
-    _remove_stale_parts(dest)
-    fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".part", dir=dest.parent)
-    os.close(fd)
-    try:
-        log.info("downloading %s -> %s", url, dest)
-        download_url_to_file(url, tmp, progress=False)  # no carriage-return bar in the log
-        verify(tmp, sha256=sha256, sha256_prefix=sha256_prefix, size=size)
-        os.replace(tmp, dest)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+    expected = {"sha256": sha256, "sha256_prefix": sha256_prefix, "size": size}
+    obtain(dest, "http", url, url=url, expected=expected)
     return dest
-
-
-def _remove_stale_parts(dest: Path) -> None:
-    """Create ``dest``'s directory; delete partial downloads of ``dest`` older than
-    STALE_PART_SECONDS (left by killed jobs; a younger one may belong to a job of another run
-    sharing the cache, still downloading)."""
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    now = time.time()
-    for stale in dest.parent.glob(f".{glob.escape(dest.name)}.*.part"):
-        with contextlib.suppress(OSError):
-            if now - stale.stat().st_mtime > STALE_PART_SECONDS:
-                stale.unlink()
-                log.info("removed %s, a partial download left by a killed job", stale)
-
 
 def torchvision_hash_prefix(url: str) -> str:
     """torchvision weight files are named <arch>-<first hex digits of sha256>.pth."""
@@ -106,7 +49,6 @@ def torchvision_hash_prefix(url: str) -> str:
 LPIPS_VGG_URL = "https://github.com/richzhang/PerceptualSimilarity/raw/master/lpips/weights/v0.1/vgg.pth"
 # lpips 0.1.4 (lpips/lpips.py): lin<k> = NetLinLayer = Sequential(Dropout, Conv2d(C_k, 1, 1, bias=False))
 LPIPS_VGG_CHANNELS = (64, 128, 256, 512, 512)
-STALE_PART_SECONDS = 24 * 3600  # a *.part file this old is left over by a killed job
 
 
 class WeightFileError(RuntimeError):
@@ -190,24 +132,6 @@ WEIGHT_CHECKS = {
 }
 
 
-def _download_to_temp(url: str, dest: Path) -> Path:
-    """Stream ``url`` into a fresh temporary file next to ``dest`` (unique per job, so
-    parallel jobs never share one); truncated transfers (Content-Length) raise."""
-    from atat.data.prepare import _download_http
-
-    _remove_stale_parts(dest)
-    fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".part", dir=dest.parent)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            log.info("downloading %s -> %s", url, dest)
-            _download_http(url, fh, f"{url} -> {dest}")
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-    return Path(tmp)
-
-
 def fetch_weights(kind: str, url: str, dest: str | Path, *, key: str | None = None,
                   offline: bool = False, lock_file: str | Path | None = None) -> Path:
     """Make sure weight file ``dest`` of ``kind`` (``stylegan2``, ``facenet``, ``lpips``) is in
@@ -225,7 +149,6 @@ def fetch_weights(kind: str, url: str, dest: str | Path, *, key: str | None = No
     content :class:`WeightFileError`.  Without a sha256 in the lock file, the sha256 and size
     are recorded there (for review and commit).
     """
-    from atat.data.prepare import DEFAULT_LOCK_FILE, load_lock, record_first_checksum, verify_file
 
     if kind not in WEIGHT_CHECKS:
         raise ValueError(f"unknown weight kind {kind!r}; expected one of {sorted(WEIGHT_CHECKS)}")
@@ -239,27 +162,14 @@ def fetch_weights(kind: str, url: str, dest: str | Path, *, key: str | None = No
         what += f", recorded for {expected['url']} (the config now asks for {url})"
     known = ", ".join(f"{k} {expected[k]}" for k in ("size", "sha256") if expected.get(k))
 
-    downloaded = not dest.is_file()
-    if downloaded and offline:
+    if offline and not dest.is_file():
         raise OfflineMissingFileError(
             f"offline mode: {dest} is missing. Download {url} on a machine with internet and "
             f"place it at {dest}" + (f" (expected {known})" if known else "")
             + f"; it is verified against {lock_file} before use.")
-    src = _download_to_temp(url, dest) if downloaded else dest
-    try:
-        actual = verify_file(src, expected, what=what, shown_as=dest)
-        check(src, shown_as=dest)
-        if downloaded:  # verified under the temporary name; only now visible as dest
-            os.replace(src, dest)
-    except (ChecksumError, WeightFileError) as e:
-        if downloaded:
-            raise type(e)(f"download from {url} rejected: {e} (nothing was kept)") from None
-        raise type(e)(f"{e}. Replace or delete the file (it is then downloaded again unless "
-                      "offline).") from None
-    finally:
-        if downloaded and src.exists():
-            src.unlink()
+    actual, downloaded = obtain(dest, "http", url, url=url, expected=expected, what=what,
+                                check=lambda path, shown: check(path, shown_as=shown),
+                                content_errors=(WeightFileError,))
     if not expected.get("sha256"):
         record_first_checksum(lock_file, key, actual, url, downloaded, with_url=True)
-    log.info("verified %s (sha256 %s, %d bytes)", dest, actual["sha256"], actual["size"])
     return dest
