@@ -643,6 +643,36 @@ def test_gdrive_confirm_flow_and_bad_download_deleted(tmp_path, server, google_a
     assert len(server.requests) == 3  # identity file, hdcrop warning page, confirmed hdcrop
 
 
+@pytest.mark.parametrize("page, message", [
+    ('<p class="uc-error-subcaption">Too many users have viewed or downloaded this file recently.</p>',
+     "quota exceeded"),
+    ("<p>You need access</p>", "returned a web page instead of the file"),
+])
+def test_gdrive_page_instead_of_file_is_one_clear_error(tmp_path, server, google_at, page, message):
+    server.routes = {"/uc": lambda h, q: _send(h, f"<html><body>\n{page}\n</body></html>".encode(),
+                                              "text/html; charset=utf-8")}
+    google_at(server.base)
+    raw = tmp_path / "raw"
+    with pytest.raises(P.DownloadError, match=message) as e:
+        P.fetch_raw("celeba", raw, lock_file=tmp_path / "lock.yaml")
+    assert str(raw / "identity_CelebA.txt") in str(e.value) and "by hand" in str(e.value)
+    assert list(raw.iterdir()) == []
+
+
+def test_http_progress_is_logged_in_lines(tmp_path, server, monkeypatch, caplog):
+    src = tmp_path / "src"
+    make_dogs(src)
+    for name in ("images.tar", "annotation.tar", "lists.tar"):
+        body = (src / name).read_bytes() + (b"\0" * (3 << 20) if name == "images.tar" else b"")
+        server.routes[f"/dogs/{name}"] = (body, None)
+    monkeypatch.setattr(stanford_dogs, "STANFORD_DOGS_BASE_URL", f"{server.base}/dogs")
+    caplog.set_level(logging.INFO, logger="atat.fetch")
+    P.fetch_raw("stanford_dogs", tmp_path / "raw", lock_file=tmp_path / "lock.yaml")
+    lines = [r.getMessage() for r in caplog.records if "% of" in r.getMessage()]
+    assert any("images.tar" in m and "100% of" in m for m in lines)
+    assert len(lines) < 40 and not any("\r" in m for m in lines)  # lines, not a terminal bar
+
+
 def test_truncated_download_rejected(tmp_path, server, monkeypatch):
     src = tmp_path / "src"
     make_dogs(src)

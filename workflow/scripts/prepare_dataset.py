@@ -8,7 +8,8 @@ from _common import setup
 
 setup(snakemake)  # noqa: F821
 
-from atat.data.prepare import DEFAULT_LOCK_FILE, prepare_dataset  # noqa: E402
+from atat.data.prepare import prepare_dataset  # noqa: E402
+from atat.fetch import DEFAULT_LOCK_FILE  # noqa: E402
 
 p = snakemake.params  # noqa: F821
 prepare_dataset(

@@ -6,7 +6,7 @@ format (:mod:`atat.data.manifest`) at ``out_dir/private``, following spec ``defe
 the per-dataset rules are in :mod:`atat.data.builders` (``facescrub``, ``celeba``,
 ``stanford_dogs``), the downloads, verification and lock file in :mod:`atat.fetch`.
 
-The split is :func:`atat.data.manifest.split_indices` over that sample order (90/10, then
+The split is :func:`atat.data.manifest.split_indices` over the builder's sample order (90/10, then
 80/20, seed ``split_seed``) -- the same rule for all three.
 
 Raw files
