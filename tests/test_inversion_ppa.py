@@ -196,3 +196,22 @@ def test_run_ppa_logs_one_progress_line_per_batch(caplog):
              and r.getMessage().startswith("PPA batches")]
     # 2 classes x 4 candidates in batches of 2
     assert [line.split()[2] for line in lines] == ["1/4", "2/4", "3/4", "4/4"], lines
+
+
+def test_initial_latents_are_the_candidate_search_and_reused_from_the_init_file(tmp_path):
+    G, T = tiny_generator(), TinyTarget()
+    cand = params()["candidates"]
+    per_cand = torch.tensor([1, 1, 3])
+    ws = core.candidate_search(G, T, [1, 1, 3], search_space_size=24, center_crop=None,
+                               resize=16, horizontal_flip=True, batch_size=8,
+                               truncation_psi=0.5, truncation_cutoff=8, seed=7)
+    path = tmp_path / "init_w.pt"
+    w = core.initial_latents(G, T, per_cand, cand, center_crop=None, resize=16, seed=7,
+                             init_path=path)
+    assert w.shape == (3, 1, 16) and torch.equal(w, ws[:, :1]) and path.exists()
+    # a later attempt reads the file instead of searching (another seed would pick others)
+    again = core.initial_latents(G, T, per_cand, cand, center_crop=None, resize=16, seed=8,
+                                 init_path=path)
+    assert torch.equal(again, w)
+    fresh = core.initial_latents(G, T, per_cand, cand, center_crop=None, resize=16, seed=8)
+    assert not torch.equal(fresh, w)

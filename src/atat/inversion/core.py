@@ -9,13 +9,16 @@ all synthesis layers; synthesis runs with constant noise in float32; random tran
 from __future__ import annotations
 
 import random
-from typing import Callable, Iterable, Sequence
+from pathlib import Path
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
 from torchvision.transforms import v2 as T
+
+from atat import io
 
 __all__ = [
     "LOSSES",
@@ -24,6 +27,7 @@ __all__ = [
     "candidate_search",
     "final_selection",
     "identity_loss",
+    "initial_latents",
     "optimize_w",
     "poincare_loss",
     "preprocess",
@@ -173,6 +177,29 @@ def candidate_search(G: nn.Module, target_model: nn.Module, per_candidate_target
         chosen.append(idx)
         conf[idx, t] = -1.0
     return w_all[chosen]
+
+
+
+def initial_latents(G: nn.Module, target_model: nn.Module, per_candidate_targets: torch.Tensor,
+                    candidates: Mapping[str, Any], *, center_crop: int | None, resize: int,
+                    seed: int, device: torch.device | str = "cpu",
+                    init_path: Path | None = None) -> torch.Tensor:
+    """The candidates' starting latents, [N, 1, w_dim] on the CPU: :func:`candidate_search`
+    with the ``candidates`` settings (spec §1.2), or the ones saved in ``init_path`` by an
+    earlier attempt of the job (a corrupt file is moved aside and the search redone)."""
+    w_init = io.load_resume(init_path) if init_path is not None else None
+    if w_init is None:
+        ws = candidate_search(
+            G, target_model, per_candidate_targets.tolist(),
+            search_space_size=int(candidates["search_space_size"]), center_crop=center_crop,
+            resize=resize, horizontal_flip=bool(candidates.get("horizontal_flip", True)),
+            batch_size=int(candidates.get("batch_size", 25)),
+            truncation_psi=float(candidates.get("truncation_psi", 0.5)),
+            truncation_cutoff=candidates.get("truncation_cutoff", 8), seed=seed, device=device)
+        w_init = ws[:, :1].detach().cpu()
+        if init_path is not None:
+            io.torch_save(w_init, init_path)
+    return w_init
 
 
 # ------------------------------------------------------------------ optimisation (§2.2)

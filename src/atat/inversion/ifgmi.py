@@ -40,8 +40,8 @@ from .core import (
     ResultAccumulator,
     attack_transform,
     broadcast_w,
-    candidate_search,
     identity_loss,
+    initial_latents,
     seed_everything,
     target_classes,
 )
@@ -234,19 +234,9 @@ def run_ifgmi(G: nn.Module, target_model: nn.Module, params: Mapping[str, Any], 
                                  cfg.get("dataset_kind", ""), seed, first_k=True)
         per_cand = torch.tensor(classes, dtype=torch.long).repeat_interleave(
             int(cand["num_candidates"]))
-        init_path = resume / "init_w.pt" if resume else None
-        w_init = io.load_resume(init_path) if init_path is not None else None  # corrupt: redone
-        if w_init is None:
-            ws = candidate_search(
-                G, target_model, per_cand.tolist(),
-                search_space_size=int(cand["search_space_size"]), center_crop=crop, resize=res,
-                horizontal_flip=bool(cand["horizontal_flip"]),
-                batch_size=int(cand["batch_size"]),
-                truncation_psi=float(cand["truncation_psi"]),
-                truncation_cutoff=cand["truncation_cutoff"], seed=seed, device=device)
-            w_init = ws[:, :1].detach().cpu()
-            if init_path is not None:
-                io.torch_save(w_init, init_path)
+        w_init = initial_latents(G, target_model, per_cand, cand, center_crop=crop, resize=res,
+                                 seed=seed, device=device,
+                                 init_path=resume / "init_w.pt" if resume else None)
         log(f"IF-GMI: {len(classes)} classes x {int(cand['num_candidates'])} candidates, "
             f"stages {steps}, batch size {bs}")
 

@@ -24,9 +24,9 @@ from atat.progress import track  # one log line per batch, with ETA
 from .core import (
     ResultAccumulator,
     attack_transform,
-    candidate_search,
     final_selection,
     identity_loss,
+    initial_latents,
     optimize_w,
     render,
     seed_everything,
@@ -74,19 +74,9 @@ def run_ppa(G: nn.Module, target_model: nn.Module, params: Mapping[str, Any], sc
         classes = target_classes(params["targets"], int(params["n_classes"]),
                                  params.get("dataset_kind", ""), seed)
         per_cand = torch.tensor(classes).repeat_interleave(int(cand["num_candidates"]))
-        init_path = resume / "init_w.pt" if resume else None
-        w_init = io.load_resume(init_path) if init_path is not None else None  # corrupt: redone
-        if w_init is None:
-            ws = candidate_search(
-                G, target_model, per_cand.tolist(),
-                search_space_size=int(cand["search_space_size"]), center_crop=crop, resize=res,
-                horizontal_flip=bool(cand.get("horizontal_flip", True)),
-                batch_size=int(cand.get("batch_size", 25)),
-                truncation_psi=float(cand.get("truncation_psi", 0.5)),
-                truncation_cutoff=cand.get("truncation_cutoff", 8), seed=seed, device=device)
-            w_init = ws[:, :1].cpu()
-            if init_path is not None:
-                io.torch_save(w_init, init_path)
+        w_init = initial_latents(G, target_model, per_cand, cand, center_crop=crop, resize=res,
+                                 seed=seed, device=device,
+                                 init_path=resume / "init_w.pt" if resume else None)
         log.info("PPA: %d classes x %d candidates, %d steps per batch", len(classes),
                  int(cand["num_candidates"]), int(params["steps"]))
 
