@@ -160,3 +160,68 @@ def test_face_embedding_trains_on_the_public_pool(data_dir, tmp_path):
         emb = net(torch.rand(2, 3, 16, 16) * 2 - 1)
     assert emb.shape == (2, 512)
     assert torch.allclose(emb.norm(dim=1), torch.ones(2), atol=1e-5)
+
+
+def _weights(path):
+    return torch.load(path, weights_only=True)["state_dict"]
+
+
+def test_evaluation_model_trains_through_atat_train_and_resumes_to_identical_weights(
+        data_dir, tmp_path, monkeypatch):
+    import atat.train as T
+
+    epochs = []
+    real = T._train_epoch
+
+    def spy(run, epoch):  # the one training loop runs the epochs
+        epochs.append((run.name, epoch))
+        return real(run, epoch)
+
+    monkeypatch.setattr(T, "_train_epoch", spy)
+    kw = dict(n_classes=3, resolution=75, aux_logits=False, seed=0, progress=False,
+              training={"epochs": 3, "batch_size": 8, "lr_milestones": [1], "eval_every": 1},
+              augmentation={"rrc_scale": [0.85, 1.0], "flip": 0.5})
+    root = data_dir / "private"
+    full = train_evaluation_model(root, out_model=tmp_path / "full.pt",
+                                  out_metrics=tmp_path / "full.json", **kw)
+    assert epochs == [("evaluation model", e) for e in range(3)]
+    resume = tmp_path / "resume" / "eval.resume.pt"
+    assert train_evaluation_model(root, out_model=tmp_path / "part.pt",
+                                  out_metrics=tmp_path / "part.json", resume_path=resume,
+                                  stop_after_epochs=1, **kw) is None
+    assert resume.exists() and not (tmp_path / "part.pt").exists()
+    epochs.clear()
+    resumed = train_evaluation_model(root, out_model=tmp_path / "part.pt",
+                                     out_metrics=tmp_path / "part.json", resume_path=resume, **kw)
+    assert epochs == [("evaluation model", 1), ("evaluation model", 2)]  # epoch 0 not redone
+    a, b = _weights(tmp_path / "full.pt"), _weights(tmp_path / "part.pt")
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    assert resumed["history"] == full["history"] and resumed["test_acc"] == full["test_acc"]
+    assert not resume.exists()
+    # a resume file of another configuration is not used
+    assert train_evaluation_model(root, out_model=tmp_path / "x.pt", out_metrics=tmp_path / "x.json",
+                                  resume_path=resume, stop_after_epochs=1, **kw) is None
+    other = {**kw, "seed": 1}
+    epochs.clear()
+    train_evaluation_model(root, out_model=tmp_path / "y.pt", out_metrics=tmp_path / "y.json",
+                           resume_path=resume, **other)
+    assert [e for _, e in epochs] == [0, 1, 2]
+
+
+def test_face_embedding_resumes_to_identical_weights(data_dir, tmp_path):
+    kw = dict(resolution=16, seed=0, progress=False, holdout_fraction=0.2,
+              training={"epochs": 3, "batch_size": 8, "lr_milestones": [2], "eval_every": 1},
+              augmentation={"random_resized_crop": True, "rrc_scale": [0.85, 1.0],
+                            "horizontal_flip": True, "color_jitter": False})
+    full = train_face_embedding(data_dir, out_model=tmp_path / "full.pt",
+                                out_metrics=tmp_path / "full.json", **kw)
+    resume = tmp_path / "face.resume.pt"
+    assert train_face_embedding(data_dir, out_model=tmp_path / "part.pt",
+                                out_metrics=tmp_path / "part.json", resume_path=resume,
+                                stop_after_epochs=2, **kw) is None
+    resumed = train_face_embedding(data_dir, out_model=tmp_path / "part.pt",
+                                   out_metrics=tmp_path / "part.json", resume_path=resume, **kw)
+    a, b = _weights(tmp_path / "full.pt"), _weights(tmp_path / "part.pt")
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    assert resumed["history"] == full["history"]
+    assert resumed["heldout_nn_acc"] == full["heldout_nn_acc"] and not resume.exists()

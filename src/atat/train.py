@@ -1,4 +1,5 @@
-"""The one training loop shared by every defense (paper A.3; spec §1.1, §1.4).
+"""The one training loop shared by every defense (paper A.3; spec §1.1, §1.4), and by the
+inversion attacks' evaluation networks (:func:`fit`; spec attacks §5.2, §5.4).
 
 * Adam, MultiStepLR stepped once per epoch, loss summed over the batch (the defense decides).
 * Validation after every 0-based epoch divisible by ``eval_every``; the kept model is the
@@ -23,7 +24,7 @@ import platform
 import random
 import time
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Mapping, Protocol
 
 import numpy as np
 import torch
@@ -71,11 +72,16 @@ class TrainSpec:
 
     def fingerprint(self) -> str:
         # stop_reference_metrics only when set, so every other model keeps its fingerprint
-        blob = json.dumps({k: v for k, v in dataclasses.asdict(self).items()
-                           if k not in ("model_id",)
-                           and not (k == "stop_reference_metrics" and v is None)},
-                          sort_keys=True, default=str)
-        return hashlib.sha256(blob.encode()).hexdigest()[:16]
+        return fingerprint({k: v for k, v in dataclasses.asdict(self).items()
+                            if k not in ("model_id",)
+                            and not (k == "stop_reference_metrics" and v is None)})
+
+
+def fingerprint(settings: Mapping[str, Any]) -> str:
+    """Short hash of everything that determines a trained model (JSON, sorted keys): a resume
+    checkpoint is used only by a run with the same fingerprint."""
+    blob = json.dumps(dict(settings), sort_keys=True, default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
 def versions() -> dict[str, str]:
@@ -159,54 +165,90 @@ def _state_to_cpu(model: nn.Module) -> dict[str, torch.Tensor]:
     return {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}
 
 
+class TrainingMethod(Protocol):
+    """What the training loop asks of a model's training method: a defense
+    (:class:`atat.defenses.Defense`), or the plain cross-entropy of the inversion attacks'
+    evaluation networks (:mod:`atat.inversion.evaluation`)."""
+
+    def on_epoch_start(self, epoch: int, model: nn.Module) -> None: ...
+
+    def train_step(self, model: nn.Module, optimizer: torch.optim.Optimizer, x: torch.Tensor,
+                   y: torch.Tensor, ctx: StepContext) -> tuple[float, dict[str, float]]: ...
+
+    def eval_loss(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor
+                  ) -> tuple[torch.Tensor, torch.Tensor]: ...
+
+    def state_dict(self) -> dict[str, Any]: ...
+
+    def checkpoint_state_dict(self) -> dict[str, Any]: ...
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None: ...
+
+
 @dataclasses.dataclass
 class _Run:
-    """The state of one training run: what :func:`train`'s steps build, read and advance."""
+    """The state of one training run: what the loop's steps read and advance."""
 
-    spec: TrainSpec
+    name: str
+    n_classes: int
+    recipe: Mapping[str, Any]
     device: torch.device
-    defense: Defense
+    method: TrainingMethod
     model: nn.Module
     optimizer: torch.optim.Optimizer
     scheduler: Any
     loader_gen: torch.Generator
     step_gen: torch.Generator
-    aug: Mapping[str, Any]
     train_loader: Any
     val_loader: Any
-    test_loader: Any
-    eval_bs: int
     start_epoch: int = 0
     best: dict[str, Any] | None = None
     history: list[dict[str, Any]] = dataclasses.field(default_factory=list)
     wall_before: float = 0.0
+    t0: float = 0.0
     step: int = 0
     loss_start: float | None = None
 
     @property
-    def recipe(self) -> Mapping[str, Any]:
-        return self.spec.training
-
-    @property
     def stop_at(self) -> float | None:
-        return self.spec.training.get("stop_at_val_acc")
+        return self.recipe.get("stop_at_val_acc")
 
     @property
     def keep_last(self) -> bool:
-        return self.spec.training.get("keep", "best_val_loss") == "last"
+        return self.recipe.get("keep", "best_val_loss") == "last"
+
+    @property
+    def wall_seconds(self) -> float:
+        return self.wall_before + time.perf_counter() - self.t0
+
+
+def seed_everything(seed: int) -> None:
+    """torch, numpy and Python's global RNGs seeded with ``seed``."""
+    torch.manual_seed(seed)
+    np.random.seed(seed)
+    random.seed(seed)
 
 
 def _loader_args(spec: TrainSpec) -> dict[str, Any]:
     return dict(resolution=spec.resolution, num_workers=spec.training["num_workers"])
 
 
-def _set_up(spec: TrainSpec, device: torch.device) -> _Run:
+def _adam(params: Any, p: Mapping[str, Any]) -> tuple[torch.optim.Optimizer, Any]:
+    """Adam and MultiStepLR (stepped once per epoch) of the recipe ``p``."""
+    optimizer = torch.optim.Adam(params, lr=p["lr"], betas=tuple(p["betas"]),
+                                 weight_decay=p.get("weight_decay", 0.0))
+    scheduler = torch.optim.lr_scheduler.MultiStepLR(optimizer, milestones=list(p["lr_milestones"]),
+                                                     gamma=p["lr_gamma"])
+    return optimizer, scheduler
+
+
+def _set_up(spec: TrainSpec, device: torch.device
+            ) -> tuple[Defense, nn.Module, torch.optim.Optimizer, Any, torch.Generator,
+                       torch.Generator, dict[str, Any], Any, Any, Any, int]:
     """Seed every RNG, then build the defense, model, optimizer, scheduler and the loaders
     (in this order: the model's initialisation draws from the seeded RNG)."""
     p = spec.training
-    torch.manual_seed(spec.seed)
-    np.random.seed(spec.seed)
-    random.seed(spec.seed)
+    seed_everything(spec.seed)
     loader_gen = torch.Generator().manual_seed(spec.seed)
     step_gen = torch.Generator().manual_seed(spec.seed + 1_000_003)
 
@@ -216,10 +258,7 @@ def _set_up(spec: TrainSpec, device: torch.device) -> _Run:
                             context=context)
     model = defense.build_model(build_model(spec.architecture, spec.n_classes, spec.weights_path))
     model.to(device)
-    optimizer = torch.optim.Adam(defense.trainable_parameters(model), lr=p["lr"],
-                                 betas=tuple(p["betas"]), weight_decay=p["weight_decay"])
-    scheduler = torch.optim.lr_scheduler.MultiStepLR(optimizer, milestones=list(p["lr_milestones"]),
-                                                     gamma=p["lr_gamma"])
+    optimizer, scheduler = _adam(defense.trainable_parameters(model), p)
     common = _loader_args(spec)
     aug = defense.train_augmentation(spec.augmentation)
     train_loader = make_loader(spec.dataset_root, "train", batch_size=p["batch_size"], train=True,
@@ -249,10 +288,8 @@ def _set_up(spec: TrainSpec, device: torch.device) -> _Run:
                              f"{len(loader.dataset)} images, fewer than one evaluation batch "
                              f"(eval_batch_size = {eval_bs}) with val_drop_last; lower "
                              "training.eval_batch_size")
-    return _Run(spec=spec, device=device, defense=defense, model=model, optimizer=optimizer,
-                scheduler=scheduler, loader_gen=loader_gen, step_gen=step_gen, aug=aug,
-                train_loader=train_loader, val_loader=val_loader, test_loader=test_loader,
-                eval_bs=eval_bs)
+    return (defense, model, optimizer, scheduler, loader_gen, step_gen, aug, train_loader,
+            val_loader, test_loader, eval_bs)
 
 
 def _resume(run: _Run, resume_path: Path, fingerprint: str) -> None:
@@ -266,37 +303,37 @@ def _resume(run: _Run, resume_path: Path, fingerprint: str) -> None:
     run.model.load_state_dict(state["model"])
     run.optimizer.load_state_dict(state["optimizer"])
     run.scheduler.load_state_dict(state["scheduler"])
-    run.defense.load_state_dict(state["defense"])
+    run.method.load_state_dict(state["defense"])
     run.loader_gen.set_state(state["loader_gen"])
     run.step_gen.set_state(state["step_gen"])
     _set_rng_state(state["rng"])
     run.start_epoch, run.best, run.history = state["epoch"] + 1, state["best"], state["history"]
     run.wall_before = state["wall_seconds"]
-    log.info("resumed %s from %s at epoch %d", run.spec.model_id, resume_path, run.start_epoch)
+    log.info("resumed %s from %s at epoch %d", run.name, resume_path, run.start_epoch)
 
 
 def _train_epoch(run: _Run, epoch: int) -> dict[str, Any]:
     """One pass over the training split; returns the epoch's history record (lr, mean
-    training loss and the defense's logged terms). Stops on a diverged loss."""
-    spec, p = run.spec, run.recipe
-    run.defense.on_epoch_start(epoch, run.model)
+    training loss and the method's logged terms). Stops on a diverged loss."""
+    p = run.recipe
+    run.method.on_epoch_start(epoch, run.model)
     run.model.train()
     loss_sum, n_seen, logs_sum = 0.0, 0, {}
     for x, y in run.train_loader:
         x, y = x.to(run.device), y.to(run.device)
-        ctx = StepContext(epoch=epoch, step=run.step, n_classes=spec.n_classes,
+        ctx = StepContext(epoch=epoch, step=run.step, n_classes=run.n_classes,
                           generator=run.step_gen, steps_per_epoch=len(run.train_loader))
         try:
-            loss, logs = run.defense.train_step(run.model, run.optimizer, x, y, ctx)
+            loss, logs = run.method.train_step(run.model, run.optimizer, x, y, ctx)
         except FloatingPointError as exc:
-            raise TrainingDivergedError(f"{spec.model_id}: {exc}; lower the learning rate "
+            raise TrainingDivergedError(f"{run.name}: {exc}; lower the learning rate "
                                         f"(training.lr = {p['lr']})") from None
         per_sample = loss / len(y)
         if run.loss_start is None:
             run.loss_start = per_sample
         elif abs(per_sample) > DIVERGENCE_FACTOR * max(abs(run.loss_start), 1.0):
             raise TrainingDivergedError(
-                f"{spec.model_id}: training loss per sample {per_sample:.3g} at epoch {epoch}, "
+                f"{run.name}: training loss per sample {per_sample:.3g} at epoch {epoch}, "
                 f"step {run.step} is more than {DIVERGENCE_FACTOR:g}x its start "
                 f"({run.loss_start:.3g}): the run diverged; lower the learning rate "
                 f"(training.lr = {p['lr']})")
@@ -319,9 +356,9 @@ def _validate_and_keep(run: _Run, epoch: int, record: dict[str, Any]) -> None:
     p = run.recipe
     if not (epoch % p["eval_every"] == 0 or (run.keep_last and epoch == p["epochs"] - 1)):
         return
-    val = evaluate(run.model, run.defense, run.val_loader, run.device)
+    val = evaluate(run.model, run.method, run.val_loader, run.device)
     if not np.isfinite(val["loss"]):
-        raise TrainingDivergedError(f"{run.spec.model_id}: validation loss is {val['loss']} "
+        raise TrainingDivergedError(f"{run.name}: validation loss is {val['loss']} "
                                     f"at epoch {epoch}; lower the learning rate "
                                     f"(training.lr = {p['lr']})")
     record.update(val_loss=val["loss"], val_acc=val["acc"])
@@ -329,43 +366,111 @@ def _validate_and_keep(run: _Run, epoch: int, record: dict[str, Any]) -> None:
     if run.best is None or run.keep_last or val["loss"] < run.best["val_loss"] or reached:
         run.best = {"epoch": epoch, "val_loss": val["loss"], "val_acc": val["acc"],
                     "model": _state_to_cpu(run.model),
-                    "defense": copy.deepcopy(run.defense.checkpoint_state_dict()),
+                    "defense": copy.deepcopy(run.method.checkpoint_state_dict()),
                     "stopped_early": reached}
 
 
-def _save_resume(run: _Run, epoch: int, resume_path: Path, fingerprint: str, t0: float) -> None:
+def _save_resume(run: _Run, epoch: int, resume_path: Path, fingerprint: str) -> None:
     """The complete state after ``epoch``, written atomically to the resume file."""
     io.torch_save({"fingerprint": fingerprint, "epoch": epoch, "model": run.model.state_dict(),
                    "optimizer": run.optimizer.state_dict(),
-                   "scheduler": run.scheduler.state_dict(), "defense": run.defense.state_dict(),
+                   "scheduler": run.scheduler.state_dict(), "defense": run.method.state_dict(),
                    "loader_gen": run.loader_gen.get_state(), "step_gen": run.step_gen.get_state(),
                    "rng": _rng_state(), "best": run.best, "history": run.history,
-                   "wall_seconds": run.wall_before + time.perf_counter() - t0}, resume_path)
+                   "wall_seconds": run.wall_seconds}, resume_path)
 
 
-def _finish(run: _Run, t0: float, stop_reference: dict[str, Any] | None) -> tuple[dict, dict]:
+def _loop(run: _Run, resume_path: Path | None, fingerprint: str,
+          stop_after_epochs: int | None, progress: bool) -> bool:
+    """The epochs: resume, train, validate, checkpoint. False when ``stop_after_epochs``
+    interrupted the run on purpose; afterwards ``run.model`` holds the last epoch's weights
+    and ``run.best`` the kept snapshot."""
+    p = run.recipe
+    if resume_path is not None:
+        _resume(run, resume_path, fingerprint)
+    run.t0 = time.perf_counter()
+    run.loss_start = next((h["loss_start"] for h in run.history if "loss_start" in h), None)
+    epochs_done = Progress(p["epochs"], "epochs done", done=run.start_epoch, enabled=False)
+    for epoch in range(run.start_epoch, p["epochs"]):
+        record = _train_epoch(run, epoch)
+        _validate_and_keep(run, epoch, record)
+        run.history.append(record)
+        log.info("%s epoch %d: %s%s", run.name, epoch,  # one line per epoch, with ETA
+                 {k: round(v, 4) if isinstance(v, float) else v for k, v in record.items()},
+                 f" | {epochs_done.step()}" if progress else "")
+        run.scheduler.step()
+        done = epoch + 1
+        if resume_path is not None and (done % p["checkpoint_every"] == 0
+                                        or done == p["epochs"]):
+            _save_resume(run, epoch, resume_path, fingerprint)
+        if run.best is not None and run.best.get("stopped_early"):
+            log.info("%s: validation accuracy %.4f reached training.stop_at_val_acc = %s at epoch "
+                     "%d; keeping this snapshot and stopping", run.name, run.best["val_acc"],
+                     run.stop_at, epoch)
+            break
+        if stop_after_epochs is not None and done - run.start_epoch >= stop_after_epochs \
+                and done < p["epochs"]:
+            return False
+    if run.best is None:
+        raise RuntimeError(f"{run.name}: no validation evaluation happened (epochs = "
+                           f"{p['epochs']}, eval_every = {p['eval_every']})")
+    if run.stop_at is not None and not run.best.get("stopped_early"):
+        log.warning("%s: validation accuracy never reached stop_at_val_acc = %s; keeping the "
+                    "lowest-validation-loss model", run.name, run.stop_at)
+    return True
+
+
+def fit(model: nn.Module, method: TrainingMethod, *, name: str, n_classes: int,
+        recipe: Mapping[str, Any], train_loader: Any, val_loader: Any,
+        loader_gen: torch.Generator, resume_path: str | Path | None, fingerprint: str,
+        device: str | torch.device = "cpu", stop_after_epochs: int | None = None,
+        progress: bool = True) -> dict[str, Any] | None:
+    """The loop of :func:`train` for a model built elsewhere (the inversion attacks'
+    evaluation networks): Adam + MultiStepLR of ``recipe`` (lr, betas, weight_decay
+    (default 0), lr_milestones, lr_gamma, epochs, eval_every, checkpoint_every), ``method``'s
+    training steps, validation on ``val_loader``, the lowest-validation-loss snapshot, and
+    resume from ``resume_path`` (None: no resume file) when its ``fingerprint`` matches.
+    ``train_loader`` must shuffle with ``loader_gen``. Loads the kept snapshot into
+    ``model`` and returns ``{"best": {epoch, val_loss, val_acc, model (state dict)},
+    "history", "train_seconds"}``, or None when ``stop_after_epochs`` interrupted the run;
+    the resume file is removed at the end."""
+    device = torch.device(device)
+    model.to(device)
+    optimizer, scheduler = _adam(model.parameters(), recipe)
+    run = _Run(name=name, n_classes=int(n_classes), recipe=recipe, device=device, method=method,
+               model=model, optimizer=optimizer, scheduler=scheduler, loader_gen=loader_gen,
+               step_gen=torch.Generator().manual_seed(0), train_loader=train_loader,
+               val_loader=val_loader)
+    path = Path(resume_path) if resume_path is not None else None
+    if not _loop(run, path, fingerprint, stop_after_epochs, progress):
+        return None
+    assert run.best is not None
+    model.load_state_dict(run.best["model"])
+    method.load_state_dict(run.best["defense"])
+    if path is not None:
+        path.unlink(missing_ok=True)
+    return {"best": run.best, "history": run.history, "train_seconds": run.wall_seconds}
+
+
+def _finish(run: _Run, spec: TrainSpec, aug: Mapping[str, Any], test_loader: Any, eval_bs: int,
+            stop_reference: dict[str, Any] | None) -> tuple[dict, dict]:
     """The kept snapshot evaluated on the test and training splits: the model checkpoint and
     the metrics record."""
-    spec, p, best = run.spec, run.recipe, run.best
-    if best is None:
-        raise RuntimeError(f"{spec.model_id}: no validation evaluation happened (epochs = "
-                           f"{p['epochs']}, eval_every = {p['eval_every']})")
-    if run.stop_at is not None and not best.get("stopped_early"):
-        log.warning("%s: validation accuracy never reached stop_at_val_acc = %s; keeping the "
-                    "lowest-validation-loss model", spec.model_id, run.stop_at)
-    model, defense = run.model, run.defense
+    p, best = spec.training, run.best
+    assert best is not None
+    model, defense = run.model, run.method
     model.load_state_dict(best["model"])
     defense.load_state_dict(best["defense"])
-    test = evaluate(model, defense, run.test_loader, run.device)
+    test = evaluate(model, defense, test_loader, run.device)
     # accuracy on the training split with the labels it was trained on (permuted ones for the
     # rote-memorisation models, paper Table 2), un-augmented
-    train_eval = make_loader(spec.dataset_root, "train", batch_size=run.eval_bs, train=False,
+    train_eval = make_loader(spec.dataset_root, "train", batch_size=eval_bs, train=False,
                              **_loader_args(spec))
     train_eval.dataset.targets = list(run.train_loader.dataset.targets)
     train_metrics = evaluate(model, defense, train_eval, run.device)
-    extra = defense.final_metrics(model)
+    extra = defense.final_metrics(model)  # type: ignore[attr-defined]
     val = {"loss": best["val_loss"], "acc": best["val_acc"]}
-    wall = run.wall_before + time.perf_counter() - t0
+    wall = run.wall_seconds
     checkpoint = {
         "format_version": 1, "model_id": spec.model_id, "architecture": spec.architecture,
         "n_classes": spec.n_classes, "resolution": spec.resolution,
@@ -381,7 +486,7 @@ def _finish(run: _Run, t0: float, stop_reference: dict[str, Any] | None) -> tupl
         ("first_reaching_stop_at_val_acc" if run.stop_at is not None else "lowest_val_loss"),
         "n_test": test["n"], "train_seconds": wall, "epochs": p["epochs"],
         "training": dict(spec.training), "defense": dict(spec.defense),
-        "augmentation": run.aug, "history": run.history,
+        "augmentation": aug, "history": run.history,
         "fingerprint": spec.fingerprint(), "device": str(run.device), "versions": versions(),
         "pretrained": spec.weights_path is not None,
         "stopped_early": bool(best.get("stopped_early", False)),
@@ -398,36 +503,17 @@ def train(spec: TrainSpec, *, out_model: str | Path, out_metrics: str | Path,
     """Train one model. Returns the metrics dict, or ``None`` when ``stop_after_epochs``
     interrupted the run on purpose (used by the resume test)."""
     spec, stop_reference = resolve_stop_target(spec)
-    run = _set_up(spec, torch.device(device))
-    p = spec.training
+    device = torch.device(device)
+    (defense, model, optimizer, scheduler, loader_gen, step_gen, aug, train_loader, val_loader,
+     test_loader, eval_bs) = _set_up(spec, device)
+    run = _Run(name=spec.model_id, n_classes=spec.n_classes, recipe=spec.training,
+               device=device, method=defense, model=model, optimizer=optimizer,
+               scheduler=scheduler, loader_gen=loader_gen, step_gen=step_gen,
+               train_loader=train_loader, val_loader=val_loader)
     resume_path = Path(resume_path)
-    fingerprint = spec.fingerprint()
-    _resume(run, resume_path, fingerprint)
-
-    t0 = time.perf_counter()
-    run.loss_start = next((h["loss_start"] for h in run.history if "loss_start" in h), None)
-    epochs_done = Progress(p["epochs"], "epochs done", done=run.start_epoch, enabled=False)
-    for epoch in range(run.start_epoch, p["epochs"]):
-        record = _train_epoch(run, epoch)
-        _validate_and_keep(run, epoch, record)
-        run.history.append(record)
-        log.info("%s epoch %d: %s%s", spec.model_id, epoch,  # one line per epoch, with ETA
-                 {k: round(v, 4) if isinstance(v, float) else v for k, v in record.items()},
-                 f" | {epochs_done.step()}" if progress else "")
-        run.scheduler.step()
-        done = epoch + 1
-        if done % p["checkpoint_every"] == 0 or done == p["epochs"]:
-            _save_resume(run, epoch, resume_path, fingerprint, t0)
-        if run.best is not None and run.best.get("stopped_early"):
-            log.info("%s: validation accuracy %.4f reached training.stop_at_val_acc = %s at epoch "
-                     "%d; keeping this snapshot and stopping", spec.model_id, run.best["val_acc"],
-                     run.stop_at, epoch)
-            break
-        if stop_after_epochs is not None and done - run.start_epoch >= stop_after_epochs \
-                and done < p["epochs"]:
-            return None
-
-    checkpoint, metrics = _finish(run, t0, stop_reference)
+    if not _loop(run, resume_path, spec.fingerprint(), stop_after_epochs, progress):
+        return None
+    checkpoint, metrics = _finish(run, spec, aug, test_loader, eval_bs, stop_reference)
     io.torch_save(checkpoint, out_model)
     io.write_json(out_metrics, metrics)
     resume_path.unlink(missing_ok=True)
@@ -452,4 +538,5 @@ def logits_fn(model: nn.Module, defense: Defense):
     return lambda x: defense.logits(model, x)
 
 
-__all__ = ["TrainSpec", "TrainingDivergedError", "evaluate", "load_model", "logits_fn", "train"]
+__all__ = ["TrainSpec", "TrainingDivergedError", "TrainingMethod", "evaluate", "fingerprint",
+           "fit", "load_model", "logits_fn", "seed_everything", "train"]

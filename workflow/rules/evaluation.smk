@@ -3,6 +3,8 @@
 # and (embedded demo only, face_embedding.source = public_classifier) the face-embedding
 # network of δ_face trained on the dataset's public pool. With source facenet the pretrained
 # InceptionResnetV1 weights file is used directly (see face_network_file).
+# Both train through atat.train's loop and resume from results/.resume/{evaluation,
+# face_embedding}/<dataset>/resume.pt (not declared, so Snakemake never deletes it).
 
 EVAL_CFG = config.get("evaluation_model") or {}
 FACE_CFG = config.get("face_embedding") or {}
@@ -30,6 +32,8 @@ def evaluation_model_spec(wildcards):
         augmentation=EVAL_CFG.get("augmentation"),
         seed=int(EVAL_CFG.get("seed", 42)),
         num_workers=int(config["training"].get("num_workers", 0)),
+        # atat.train's resume checkpoint (undeclared, as rule train_model's)
+        resume_path=f"results/.resume/evaluation/{wildcards.dataset}/resume.pt",
     )
 
 
@@ -90,6 +94,7 @@ rule train_face_embedding:
             augmentation=config["augmentation"],
             seed=int(FACE_CFG.get("seed", 0)),
             num_workers=int(config["training"].get("num_workers", 0)),
+            resume_path=f"results/.resume/face_embedding/{wc.dataset}/resume.pt",
         ),
     log:
         "logs/face_embedding/{dataset}.log",

@@ -19,6 +19,8 @@ from torch import nn
 from torchvision.transforms import v2 as T
 
 from atat import io
+# spec §1 item 5: torch, random and numpy seeded at attack start (one home: atat.train)
+from atat.train import seed_everything
 
 __all__ = [
     "LOSSES",
@@ -35,13 +37,6 @@ __all__ = [
     "seed_everything",
     "target_classes",
 ]
-
-
-def seed_everything(seed: int) -> None:
-    """spec §1 item 5: torch, random and numpy seeded at attack start."""
-    torch.manual_seed(seed)
-    random.seed(seed)
-    np.random.seed(seed)
 
 
 # ------------------------------------------------------------------ identity losses (§1.3)

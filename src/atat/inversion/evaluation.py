@@ -21,11 +21,9 @@ from __future__ import annotations
 
 import copy
 import logging
-import time
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 import torchvision
@@ -35,10 +33,10 @@ from torch.utils.data import DataLoader, Subset
 from atat import io
 from atat.data.loading import ManifestDataset, build_transform, make_loader
 from atat.data.manifest import read_meta
-from atat.inversion.core import seed_everything
+from atat.defenses import StepContext
 from atat.models import Classifier, build_model
-from atat.progress import Progress
-from atat.train import TrainingDivergedError, evaluate, versions
+from atat.train import evaluate, fingerprint, seed_everything, versions
+from atat.train import fit as train_loop
 
 log = logging.getLogger(__name__)
 
@@ -62,6 +60,8 @@ FEATURE_DIM = 2048
 EVAL_TRAINING_DEFAULTS: dict[str, Any] = {
     "epochs": 100, "lr": 1e-3, "betas": [0.9, 0.999], "batch_size": 128,
     "lr_milestones": [75, 90], "lr_gamma": 0.1, "eval_every": 5,
+    # resume file after every epoch (atat.train.fit); it does not change the model
+    "checkpoint_every": 1,
 }
 #: share of each public identity's images held out to validate the demo face embedding
 FACE_HOLDOUT_FRACTION = 0.1
@@ -157,13 +157,45 @@ def eval_augmentation(aug: Mapping[str, Any] | None) -> dict[str, Any]:
     return out
 
 
-class _SummedCE:
-    """The ``defense`` argument of :func:`atat.train.evaluate`: summed CE of plain logits."""
+class _CrossEntropy:
+    """The training method (:class:`atat.train.TrainingMethod`) of the evaluation networks:
+    the summed loss of ``loss_fn`` (model, x, y) -> (loss, logits); summed cross-entropy of
+    the plain logits for evaluation; no state of its own. Logs the augmented training
+    accuracy."""
+
+    def __init__(self, loss_fn: Callable[[nn.Module, Tensor, Tensor], tuple[Tensor, Tensor]]
+                 | None = None) -> None:
+        self.loss_fn = loss_fn or self.eval_loss
 
     @staticmethod
     def eval_loss(model: nn.Module, x: Tensor, y: Tensor) -> tuple[Tensor, Tensor]:
         logits = model(x)
         return F.cross_entropy(logits, y, reduction="sum"), logits
+
+    def on_epoch_start(self, epoch: int, model: nn.Module) -> None:
+        pass
+
+    def train_step(self, model: nn.Module, optimizer: torch.optim.Optimizer, x: Tensor,
+                   y: Tensor, ctx: StepContext) -> tuple[float, dict[str, float]]:
+        optimizer.zero_grad(set_to_none=True)
+        loss, logits = self.loss_fn(model, x, y)
+        if not torch.isfinite(loss):
+            raise FloatingPointError(f"training loss is {float(loss.detach())} at epoch "
+                                     f"{ctx.epoch}, step {ctx.step}")
+        loss.backward()
+        optimizer.step()
+        correct = int((logits.detach().argmax(1) == y).sum())
+        return float(loss.detach()), {"train_acc_augmented": correct / len(y)}
+
+    def state_dict(self) -> dict[str, Any]:
+        return {}
+
+    def checkpoint_state_dict(self) -> dict[str, Any]:
+        return {}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        if state:
+            raise ValueError(f"the evaluation networks' training has no state, got {sorted(state)}")
 
 
 def _recipe(training: Mapping[str, Any] | None) -> dict[str, Any]:
@@ -174,62 +206,10 @@ def _recipe(training: Mapping[str, Any] | None) -> dict[str, Any]:
     return p
 
 
-def _fit(model: nn.Module,
-         loss_fn: Callable[[nn.Module, Tensor, Tensor], tuple[Tensor, Tensor]],
-         train_loader: DataLoader, val_loader: DataLoader, p: Mapping[str, Any],
-         device: torch.device, name: str, progress: bool) -> dict[str, Any]:
-    """Adam + MultiStepLR (stepped per epoch) on a summed loss; validation after every epoch
-    divisible by ``eval_every``; returns the lowest-validation-loss state (strictly lower
-    replaces; the first evaluation always) with the history and wall time."""
-    optimizer = torch.optim.Adam(model.parameters(), lr=p["lr"], betas=tuple(p["betas"]),
-                                 weight_decay=0.0)
-    scheduler = torch.optim.lr_scheduler.MultiStepLR(optimizer, list(p["lr_milestones"]),
-                                                     gamma=p["lr_gamma"])
-    if len(train_loader) == 0:
+def _check_batches(loader: DataLoader, name: str, batch_size: int) -> None:
+    if len(loader) == 0:
         raise ValueError(f"{name}: the training split has fewer images than one batch "
-                         f"({p['batch_size']})")
-    best, history = None, []
-    t0 = time.perf_counter()
-    epochs_done = Progress(p["epochs"], "epochs done", enabled=False)
-    for epoch in range(p["epochs"]):
-        model.train()
-        loss_sum, n_seen, correct = 0.0, 0, 0
-        for x, y in train_loader:
-            x, y = x.to(device), y.to(device)
-            optimizer.zero_grad(set_to_none=True)
-            loss, logits = loss_fn(model, x, y)
-            if not torch.isfinite(loss):
-                raise TrainingDivergedError(f"{name}: training loss is {float(loss.detach())} at epoch "
-                                            f"{epoch}; lower the learning rate (lr = {p['lr']})")
-            loss.backward()
-            optimizer.step()
-            batch_loss = float(loss.detach())
-            loss_sum += batch_loss
-            n_seen += len(y)
-            correct += int((logits.detach().argmax(1) == y).sum())
-        record: dict[str, Any] = {"epoch": epoch, "lr": optimizer.param_groups[0]["lr"],
-                                  "train_loss": loss_sum / max(n_seen, 1),
-                                  "train_acc_augmented": correct / max(n_seen, 1)}
-        if epoch % p["eval_every"] == 0:
-            val = evaluate(model, _SummedCE(), val_loader, device)
-            if not np.isfinite(val["loss"]):
-                raise TrainingDivergedError(f"{name}: validation loss is {val['loss']} at "
-                                            f"epoch {epoch}")
-            record.update(val_loss=val["loss"], val_acc=val["acc"])
-            if best is None or val["loss"] < best["val_loss"]:
-                best = {"epoch": epoch, "val_loss": val["loss"], "val_acc": val["acc"],
-                        "state": {k: v.detach().cpu().clone()
-                                  for k, v in model.state_dict().items()}}
-        history.append(record)
-        log.info("%s epoch %d: %s%s", name, epoch,  # one line per epoch, with ETA
-                 {k: round(v, 4) if isinstance(v, float) else v for k, v in record.items()},
-                 f" | {epochs_done.step()}" if progress else "")
-        scheduler.step()
-    if best is None:
-        raise RuntimeError(f"{name}: no validation evaluation happened (epochs = {p['epochs']}, "
-                           f"eval_every = {p['eval_every']})")
-    model.load_state_dict(best["state"])
-    return {"best": best, "history": history, "train_seconds": time.perf_counter() - t0}
+                         f"({batch_size})")
 
 
 def _eval_model_loss(model: EvaluationModel, x: Tensor, y: Tensor) -> tuple[Tensor, Tensor]:
@@ -246,12 +226,15 @@ def train_evaluation_model(dataset_root: str | Path, *, out_model: str | Path,
                            training: Mapping[str, Any] | None = None,
                            augmentation: Mapping[str, Any] | None = None, seed: int = 42,
                            num_workers: int = 0, device: str | torch.device = "cpu",
-                           progress: bool = True) -> dict[str, Any]:
+                           progress: bool = True, resume_path: str | Path | None = None,
+                           stop_after_epochs: int | None = None) -> dict[str, Any] | None:
     """Train the evaluation model on ``dataset_root`` (a private dataset: train/val/test) as
     spec §5.2: train loader shuffled with ``drop_last``, the config's augmentation, Adam,
-    MultiStepLR per epoch, CE_sum(main) + CE_sum(aux), lowest-validation-loss checkpoint.
-    Writes the checkpoint (see :func:`load_evaluation_model`) and a metrics JSON with the
-    train (un-augmented), validation and test accuracies; returns the metrics."""
+    MultiStepLR per epoch, CE_sum(main) + CE_sum(aux), lowest-validation-loss checkpoint,
+    all through the one training loop (:func:`atat.train.fit`; resumable from
+    ``resume_path``). Writes the checkpoint (see :func:`load_evaluation_model`) and a metrics
+    JSON with the train (un-augmented), validation and test accuracies; returns the metrics
+    (None when ``stop_after_epochs`` interrupted the run, as in :func:`atat.train.train`)."""
     device = torch.device(device)
     p = _recipe(training)
     seed_everything(seed)
@@ -269,19 +252,31 @@ def train_evaluation_model(dataset_root: str | Path, *, out_model: str | Path,
                              **common)
     test_loader = make_loader(dataset_root, "test", batch_size=p["batch_size"], train=False,
                               **common)
-    fit = _fit(model, _eval_model_loss, train_loader, val_loader, p, device,
-               "evaluation model", progress)
+    _check_batches(train_loader, "evaluation model", p["batch_size"])
+    settings = {"kind": "evaluation_model", "dataset_root": str(dataset_root),
+                "n_classes": int(n_classes), "resolution": int(resolution),
+                "aux_logits": bool(aux_logits),
+                "weights_path": None if weights_path is None else str(weights_path),
+                "training": p, "augmentation": aug, "seed": int(seed),
+                "num_workers": int(num_workers)}
+    fit = train_loop(model, _CrossEntropy(_eval_model_loss), name="evaluation model",
+                     n_classes=n_classes, recipe=p, train_loader=train_loader,
+                     val_loader=val_loader, loader_gen=loader_gen, resume_path=resume_path,
+                     fingerprint=fingerprint(settings), device=device,
+                     stop_after_epochs=stop_after_epochs, progress=progress)
+    if fit is None:
+        return None
     best = fit["best"]
     clean_train = make_loader(dataset_root, "train", batch_size=p["batch_size"], train=False,
                               **common)
-    train_eval = evaluate(model, _SummedCE(), clean_train, device)
-    test = evaluate(model, _SummedCE(), test_loader, device)
+    train_eval = evaluate(model, _CrossEntropy(), clean_train, device)
+    test = evaluate(model, _CrossEntropy(), test_loader, device)
     checkpoint = {
         "format_version": FORMAT_VERSION, "kind": "evaluation_model",
         "architecture": "inception_v3", "n_classes": int(n_classes),
         "resolution": int(resolution), "aux_logits": bool(aux_logits),
         "transform_input": model.transform_input, "pretrained": weights_path is not None,
-        "state_dict": best["state"], "best_epoch": best["epoch"],
+        "state_dict": best["model"], "best_epoch": best["epoch"],
     }
     metrics = {
         "architecture": "inception_v3", "n_classes": int(n_classes), "resolution": int(resolution),
@@ -399,11 +394,6 @@ def public_holdout_split(labels: Sequence[int], fraction: float = FACE_HOLDOUT_F
     return sorted(train), sorted(held)
 
 
-def _classifier_loss(model: nn.Module, x: Tensor, y: Tensor) -> tuple[Tensor, Tensor]:
-    logits = model(x)
-    return F.cross_entropy(logits, y, reduction="sum"), logits
-
-
 @torch.no_grad()
 def _embed(net: nn.Module, loader: DataLoader, device: torch.device) -> tuple[Tensor, Tensor]:
     feats, labels = [], []
@@ -418,12 +408,14 @@ def train_face_embedding(dataset_dir: str | Path, *, out_model: str | Path,
                          resolution: int = 64, training: Mapping[str, Any] | None = None,
                          augmentation: Mapping[str, Any] | None = None, seed: int = 0,
                          holdout_fraction: float = FACE_HOLDOUT_FRACTION, num_workers: int = 0,
-                         device: str | torch.device = "cpu", progress: bool = True
-                         ) -> dict[str, Any]:
+                         device: str | torch.device = "cpu", progress: bool = True,
+                         resume_path: str | Path | None = None,
+                         stop_after_epochs: int | None = None) -> dict[str, Any] | None:
     """Train the demo face-embedding network: ``architecture`` from scratch on the public pool
     ``<dataset_dir>/public`` (identities must be disjoint from ``<dataset_dir>/private``),
     holding out ``holdout_fraction`` of each identity's images for validation (best-val-loss
-    checkpoint). Besides the held-out classification accuracy the metrics report the held-out
+    checkpoint), through the one training loop (:func:`atat.train.fit`; resumable from
+    ``resume_path``; None when ``stop_after_epochs`` interrupted the run). Besides the held-out classification accuracy the metrics report the held-out
     1-nearest-neighbour identification accuracy in embedding space (gallery = the training
     images), i.e. how well the embedding separates identities."""
     device = torch.device(device)
@@ -452,8 +444,18 @@ def train_face_embedding(dataset_dir: str | Path, *, out_model: str | Path,
                               num_workers=num_workers)
     val_loader = DataLoader(Subset(full_eval, held_idx), batch_size=bs, num_workers=num_workers)
     model = build_model(architecture, n_classes).to(device)
-    fit = _fit(model, _classifier_loss, train_loader, val_loader, p, device, "face embedding",
-               progress)
+    _check_batches(train_loader, "face embedding", bs)
+    settings = {"kind": "public_classifier", "dataset_dir": str(dataset_dir),
+                "architecture": architecture, "resolution": int(resolution), "training": p,
+                "augmentation": augmentation, "seed": int(seed),
+                "holdout_fraction": float(holdout_fraction), "num_workers": int(num_workers)}
+    fit = train_loop(model, _CrossEntropy(), name="face embedding", n_classes=n_classes,
+                     recipe=p, train_loader=train_loader, val_loader=val_loader,
+                     loader_gen=loader_gen, resume_path=resume_path,
+                     fingerprint=fingerprint(settings), device=device,
+                     stop_after_epochs=stop_after_epochs, progress=progress)
+    if fit is None:
+        return None
     best = fit["best"]
     emb = FaceEmbedding(model, resolution).eval()
     gallery, g_labels = _embed(emb, DataLoader(Subset(full_eval, train_idx), batch_size=bs),
@@ -464,7 +466,7 @@ def train_face_embedding(dataset_dir: str | Path, *, out_model: str | Path,
     checkpoint = {
         "format_version": FORMAT_VERSION, "kind": "public_classifier",
         "architecture": architecture, "n_classes": int(n_classes),
-        "resolution": int(resolution), "state_dict": best["state"], "best_epoch": best["epoch"],
+        "resolution": int(resolution), "state_dict": best["model"], "best_epoch": best["epoch"],
     }
     metrics = {
         "source": "public_classifier", "architecture": architecture,
