@@ -243,10 +243,10 @@ def _adam(params: Any, p: Mapping[str, Any]) -> tuple[torch.optim.Optimizer, Any
 
 
 def _set_up(spec: TrainSpec, device: torch.device
-            ) -> tuple[Defense, nn.Module, torch.optim.Optimizer, Any, torch.Generator,
-                       torch.Generator, dict[str, Any], Any, Any, Any, int]:
+            ) -> tuple[_Run, dict[str, Any], Any, int]:
     """Seed every RNG, then build the defense, model, optimizer, scheduler and the loaders
-    (in this order: the model's initialisation draws from the seeded RNG)."""
+    (in this order: the model's initialisation draws from the seeded RNG). Returns the run,
+    the defense's train augmentation, the test loader and the evaluation batch size."""
     p = spec.training
     seed_everything(spec.seed)
     loader_gen = torch.Generator().manual_seed(spec.seed)
@@ -288,8 +288,11 @@ def _set_up(spec: TrainSpec, device: torch.device
                              f"{len(loader.dataset)} images, fewer than one evaluation batch "
                              f"(eval_batch_size = {eval_bs}) with val_drop_last; lower "
                              "training.eval_batch_size")
-    return (defense, model, optimizer, scheduler, loader_gen, step_gen, aug, train_loader,
-            val_loader, test_loader, eval_bs)
+    run = _Run(name=spec.model_id, n_classes=spec.n_classes, recipe=p, device=device,
+               method=defense, model=model, optimizer=optimizer, scheduler=scheduler,
+               loader_gen=loader_gen, step_gen=step_gen, train_loader=train_loader,
+               val_loader=val_loader)
+    return run, aug, test_loader, eval_bs
 
 
 def _resume(run: _Run, resume_path: Path, fingerprint: str) -> None:
@@ -504,12 +507,7 @@ def train(spec: TrainSpec, *, out_model: str | Path, out_metrics: str | Path,
     interrupted the run on purpose (used by the resume test)."""
     spec, stop_reference = resolve_stop_target(spec)
     device = torch.device(device)
-    (defense, model, optimizer, scheduler, loader_gen, step_gen, aug, train_loader, val_loader,
-     test_loader, eval_bs) = _set_up(spec, device)
-    run = _Run(name=spec.model_id, n_classes=spec.n_classes, recipe=spec.training,
-               device=device, method=defense, model=model, optimizer=optimizer,
-               scheduler=scheduler, loader_gen=loader_gen, step_gen=step_gen,
-               train_loader=train_loader, val_loader=val_loader)
+    run, aug, test_loader, eval_bs = _set_up(spec, device)
     resume_path = Path(resume_path)
     if not _loop(run, resume_path, spec.fingerprint(), stop_after_epochs, progress):
         return None
