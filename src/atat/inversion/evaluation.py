@@ -14,7 +14,8 @@
   attacker's public pool (identities disjoint from the private ones) whose L2-normalised
   penultimate features serve as the embedding.
 
-Every model takes images in [-1, 1]. Checkpoints are written atomically (:mod:`atat.io`).
+Both train through the one training loop, :func:`atat.train.fit` (resumable). Every model
+takes images in [-1, 1]. Checkpoints are written atomically (:mod:`atat.io`).
 """
 
 from __future__ import annotations
@@ -195,7 +196,8 @@ class _CrossEntropy:
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         if state:
-            raise ValueError(f"the evaluation networks' training has no state, got {sorted(state)}")
+            raise ValueError(f"the evaluation networks' training has no state, got "
+                             f"{sorted(state)}")
 
 
 def _recipe(training: Mapping[str, Any] | None) -> dict[str, Any]:
@@ -415,9 +417,10 @@ def train_face_embedding(dataset_dir: str | Path, *, out_model: str | Path,
     ``<dataset_dir>/public`` (identities must be disjoint from ``<dataset_dir>/private``),
     holding out ``holdout_fraction`` of each identity's images for validation (best-val-loss
     checkpoint), through the one training loop (:func:`atat.train.fit`; resumable from
-    ``resume_path``; None when ``stop_after_epochs`` interrupted the run). Besides the held-out classification accuracy the metrics report the held-out
-    1-nearest-neighbour identification accuracy in embedding space (gallery = the training
-    images), i.e. how well the embedding separates identities."""
+    ``resume_path``; None when ``stop_after_epochs`` interrupted the run). Besides the
+    held-out classification accuracy the metrics report the held-out 1-nearest-neighbour
+    identification accuracy in embedding space (gallery = the training images), i.e. how
+    well the embedding separates identities."""
     device = torch.device(device)
     root = Path(dataset_dir)
     public_root, private_root = root / "public", root / "private"
