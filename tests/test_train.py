@@ -254,3 +254,30 @@ def test_models_without_a_stop_reference_keep_their_fingerprint(data_root):
     blob = json.dumps(old, sort_keys=True, default=str)
     assert s.fingerprint() == hashlib.sha256(blob.encode()).hexdigest()[:16]
     assert dataclasses.replace(s, stop_reference_metrics="m.json").fingerprint() != s.fingerprint()
+
+
+def test_training_adam_is_multi_tensor_and_bitwise_equal_to_the_default_loop():
+    """atat.train uses Adam(foreach=True) for speed on CPU; it must not change a number."""
+    import torch.nn.functional as F
+
+    from atat.models import build_model
+    from atat.train import _adam
+
+    recipe = {"lr": 1e-3, "betas": [0.9, 0.999], "weight_decay": 1e-4, "lr_milestones": [1],
+              "lr_gamma": 0.1}
+    torch.manual_seed(0)
+    net = build_model("resnet18", 5)
+    ref = copy.deepcopy(net)
+    opt, _ = _adam(net.parameters(), recipe)
+    assert opt.param_groups[0]["foreach"] is True
+    opt_ref = torch.optim.Adam(ref.parameters(), lr=1e-3, betas=(0.9, 0.999), weight_decay=1e-4)
+    g = torch.Generator().manual_seed(1)
+    for _ in range(3):
+        x = torch.randn(4, 3, 16, 16, generator=g)
+        y = torch.randint(0, 5, (4,), generator=g)
+        for m, o in ((net, opt), (ref, opt_ref)):
+            o.zero_grad()
+            F.cross_entropy(m(x), y, reduction="sum").backward()
+            o.step()
+    for (k, a), b in zip(net.state_dict().items(), ref.state_dict().values()):
+        assert torch.equal(a, b), k

@@ -234,9 +234,13 @@ def _loader_args(spec: TrainSpec) -> dict[str, Any]:
 
 
 def _adam(params: Any, p: Mapping[str, Any]) -> tuple[torch.optim.Optimizer, Any]:
-    """Adam and MultiStepLR (stepped once per epoch) of the recipe ``p``."""
+    """Adam and MultiStepLR (stepped once per epoch) of the recipe ``p``.
+
+    ``foreach=True``: the multi-tensor Adam (PyTorch's default on CUDA) also on CPU, where the
+    default is the per-parameter loop; the updates are bitwise identical
+    (tests/test_train.py), one ResNet-18 step ~2x faster in the optimiser (issue 16)."""
     optimizer = torch.optim.Adam(params, lr=p["lr"], betas=tuple(p["betas"]),
-                                 weight_decay=p.get("weight_decay", 0.0))
+                                 weight_decay=p.get("weight_decay", 0.0), foreach=True)
     scheduler = torch.optim.lr_scheduler.MultiStepLR(optimizer, milestones=list(p["lr_milestones"]),
                                                      gamma=p["lr_gamma"])
     return optimizer, scheduler
