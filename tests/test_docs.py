@@ -162,13 +162,32 @@ def test_workflow_rst_names_every_rules_file_and_every_rule():
 def test_workflow_rst_lists_the_stages_in_dag_order():
     text = WORKFLOW_RST.read_text()
     stages = re.findall(r"^\d+\. \*\*([^*]+)\*\*", text, flags=re.M)
-    assert stages == ["Data", "Target models", "Evaluation networks and image prior",
-                      "AutoAttack", "HSIC", "Model inversion", "Summary", "Tables",
-                      "Statistics", "Figures"]
-    order = ["train_model", "train_evaluation_model", "autoattack", "measure_hsic", "invert",
+    assert stages == ["Data", "Target models", "AutoAttack", "HSIC",
+                      "Evaluation networks and image prior", "Model inversion", "Summary",
+                      "Tables", "Statistics", "Figures"]
+    order = ["train_model", "autoattack", "measure_hsic", "train_evaluation_model", "invert",
              "summary", "table4", "regressions", "figure_robustness"]
     positions = [text.index(f"``{r}``") for r in order]
     assert positions == sorted(positions)
+
+
+def _rst_items(text: str) -> dict[int, str]:
+    """Number -> text of each item of workflow.rst's numbered stage list."""
+    parts = re.split(r"^(\d+)\. ", text, flags=re.M)
+    return {int(n): body for n, body in zip(parts[1::2], parts[2::2])}
+
+
+def test_rules_files_stage_headers_agree_with_workflow_rst():
+    """A rules file headed `# Stage N: ...` is named in item N of workflow.rst's list."""
+    items = _rst_items(WORKFLOW_RST.read_text())
+    headed = {}
+    for path in sorted(RULES_DIR.glob("*.smk")):
+        m = re.match(r"# Stage (\d+)\b", path.read_text())
+        if m:
+            headed[path.name] = int(m.group(1))
+    wrong = {f: n for f, n in headed.items() if f"``{f}``" not in items.get(n, "")}
+    assert not wrong, f"rules files whose '# Stage N' is not item N of workflow.rst: {wrong}"
+    assert _rst_items("1. a\n   b\n2. c\n") == {1: "a\n   b\n", 2: "c\n"}
 
 
 @pytest.mark.parametrize("overlay", [[], ["demo.yaml"]])
