@@ -143,7 +143,7 @@ def test_every_regressions_key_is_described_in_config_readme():
 
 def test_the_doc_helpers_see_a_missing_key():
     # the checks above can fail: a key absent from the text is reported
-    assert f"`not_a_config_key`" not in CONFIG_README.read_text()
+    assert "`not_a_config_key`" not in CONFIG_README.read_text()
     assert "`split_seed`" in _headings(CONFIG_README.read_text())
     assert "offline" in set(_schema_keys({"properties": {"a": {"properties": {"offline": {}}}}}))
 
