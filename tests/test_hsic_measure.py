@@ -9,8 +9,9 @@ from atat import io
 from atat.data.loading import make_loader
 from atat.data.synthfaces import generate_synthfaces
 from atat.hsic import hsic_xz, hsic_yz
-from atat.hsic_measure import hsic_table, measure_hsic
+from atat.hsic_measure import measure_hsic
 from atat.models import build_model
+from atat.tables import hsic_table
 
 N_CLASSES = 4
 

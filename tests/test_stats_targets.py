@@ -13,12 +13,12 @@ import pytest
 
 from atat.config import ModelRun, load_config, model_runs
 from atat.figures import observed_vs_predicted
+from atat.paper import stats_targets
 from atat.report import (
     FIGURE2_SPEC,
     TABLE5_SPECS,
     planned_sample_frame,
     spec_identifiable,
-    stats_targets,
 )
 from atat.stats.regression import SpecSkipped, fit_spec, load_specs, select_sample
 

@@ -15,7 +15,7 @@ from statsmodels.stats.proportion import proportion_confint
 
 from atat import tables
 from atat.figures import accuracy_vs_privacy, observed_vs_predicted
-from atat.report import stats_targets
+from atat.paper import stats_targets
 from atat.stats.regression import fit_all, load_specs
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -14,7 +14,7 @@ import pandas as pd  # noqa: E402
 
 from atat import io  # noqa: E402
 from atat.summary import robust_column  # noqa: E402
-from atat.tables import DEFENSE_LABELS  # noqa: E402
+from atat.paper import DEFENSE_LABELS  # noqa: E402
 
 
 def robust_accuracy_vs_epsilon(summary_csv: str | Path, out_png: str | Path, *,

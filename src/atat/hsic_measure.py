@@ -1,5 +1,5 @@
-"""HSIC measurement of a trained model (paper §3 Table 1, App. D Tables 8/9; spec §4) and the
-HSIC tables built from it.
+"""HSIC measurement of a trained model (paper §3 Table 1, App. D Tables 8/9; spec §4); the
+tables are built by :func:`atat.tables.hsic_table` (selection and captions: :mod:`atat.paper`).
 
 Procedure (spec §4, REPO ``utils/bido_metrics.py``):
 
@@ -30,10 +30,9 @@ import logging
 import math
 import time
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Mapping
 
 import numpy as np
-import pandas as pd
 import torch
 from torch import Tensor, nn
 
@@ -45,8 +44,7 @@ log = logging.getLogger(__name__)
 
 DECIMALS = 5
 
-__all__ = ["DECIMALS", "HSIC_TABLES", "batch_hsic", "hsic_table", "measure_hsic",
-           "measure_hsic_loader"]
+__all__ = ["DECIMALS", "batch_hsic", "measure_hsic", "measure_hsic_loader"]
 
 
 def batch_hsic(model: nn.Module, x: Tensor, y: Tensor, n_classes: int, *,
@@ -161,97 +159,3 @@ def measure_hsic(model_path: str | Path, dataset_root: str | Path, resolution: i
     if out_path is not None:
         io.write_json(out_path, result)
     return result
-
-
-# ------------------------------------------------------------------------------ tables
-HSIC_LABELS = {"nodef": "NoDef", "atat": "AT-AT", "mid": "MID", "bido": "BiDO",
-               "bido_lx1e3": "BiDO(.001,0)", "bido_lx1e4": "BiDO(.0001,0)", "tldmi": "TL-DMI",
-               "tldmi5": "TL-DMI-5", "negls": "NegLS", "rolss": "RoLSS",
-               "rolss_ssf": "RoLSS-SSF", "trap_mid": "Trap-MID", "trap_mid_star": "Trap-MID*",
-               "at": "AT", "permuted": "Permuted labels", "unseen_pixels": "Unseen-Pixels"}
-ARCH_LABELS = {"resnet18": "ResNet-18", "resnet152": "ResNet-152", "densenet169": "DenseNet-169"}
-
-# Which models and columns each paper table holds (paper §3 Table 1, App. D Tables 8/9; the
-# captions of Tables 1/9 are in paper.md, Table 8's is not: see hsic.smk).
-HSIC_TABLES: dict[str, dict[str, Any]] = {
-    "table1": {"yz": False, "labels": {"bido_lx1e3": "BiDO**"},
-               "caption": "Table 1: HSIC(X,Zj) for defenses on {cells}."},
-    "table8": {"yz": True, "labels": {},
-               "caption": "Table 8: HSIC(X,Zj) and HSIC(Y,Zj) of NoDef vs. BiDO with "
-                          "(lambda x, lambda y) = (0.05, 0.5) on {cells}."},
-    "table9": {"yz": False, "labels": {},
-               "caption": "Table 9: HSIC(X,Zj) for different BiDO hyperparameter variations, "
-                          "with comparisons to NoDef, MID, and TL-DMI ({cells})."},
-}
-
-
-def hsic_table(hsic_files: Sequence[str | Path], summary_csv: str | Path | None,
-               outputs: Sequence[str | Path], *, table: str,
-               cells_text: str | None = None, note: str | None = None) -> pd.DataFrame:
-    """One HSIC table (CSV/Markdown/LaTeX) from per-model HSIC JSONs of :func:`measure_hsic`
-    (which carry ``dataset``, ``architecture``, ``defense_name``, ``seed`` from the rule) and
-    results/summary.csv (test accuracy; PPA AttAcc@1 only if the summary has it - it is never
-    invented). Rows keep the order of ``hsic_files``; several seeds of a cell are averaged."""
-    from atat.tables import DATASET_LABELS, write_table
-
-    if table not in HSIC_TABLES:
-        raise ValueError(f"unknown HSIC table '{table}' (known: {sorted(HSIC_TABLES)})")
-    spec = HSIC_TABLES[table]
-    recs = []
-    splits: set[str] = set()
-    for path in hsic_files:
-        r = io.read_json(path)
-        for key in ("dataset", "architecture", "defense_name", "seed"):
-            if key not in r:
-                raise ValueError(f"{path}: HSIC file lacks '{key}' (written without meta?)")
-        row: dict[str, Any] = {"dataset": r["dataset"], "architecture": r["architecture"],
-                               "defense": r["defense_name"], "seed": int(r["seed"])}
-        for j, layer in enumerate(r["layers"], 1):
-            row[f"HSIC(X,Z{j})"] = r["hsic_xz"][layer]
-            if spec["yz"]:
-                row[f"HSIC(Y,Z{j})"] = r["hsic_yz"][layer]
-        row["n_batches"] = r["n_batches"]
-        splits.add("augmented, shuffled train" if r.get("augmented", True)
-                   else str(r.get("split")))
-        recs.append(row)
-    if not recs:
-        raise ValueError(f"{table}: no HSIC files")
-    df = pd.DataFrame(recs)
-    keys = ["dataset", "architecture", "defense", "seed"]
-    has_ppa = False
-    if summary_csv is not None:
-        summary = pd.read_csv(summary_csv)
-        extra = ["test_acc"] + (["ppa_attacc1"] if "ppa_attacc1" in summary.columns else [])
-        has_ppa = "ppa_attacc1" in extra
-        summary = summary[keys + extra]
-        df = df.merge(summary, on=keys, how="left", validate="one_to_one")
-    value_cols = [c for c in df.columns if c not in keys]
-    grouped = (df.groupby(["dataset", "architecture", "defense"], sort=False)[value_cols]
-               .mean(numeric_only=True).reset_index())
-    n_seeds = int(df.groupby(["dataset", "architecture", "defense"]).size().max())
-    labels = {**HSIC_LABELS, **spec["labels"]}
-    out = pd.DataFrame({
-        "Dataset": grouped["dataset"].map(lambda d: DATASET_LABELS.get(d, d)),
-        "Architecture": grouped["architecture"].map(lambda a: ARCH_LABELS.get(a, a)),
-        "Defense": grouped["defense"].map(lambda d: labels.get(d, d)),
-    })
-    for c in [c for c in grouped.columns if c.startswith("HSIC")]:
-        out[c] = grouped[c]
-    if "test_acc" in grouped.columns:
-        out["Test acc."] = grouped["test_acc"]
-    if has_ppa:
-        out["PPA AttAcc@1"] = grouped["ppa_attacc1"]
-    cells = cells_text or ", ".join(sorted({f"{DATASET_LABELS.get(d, d)} "
-                                            f"({ARCH_LABELS.get(a, a)})" for d, a in
-                                            zip(grouped["dataset"], grouped["architecture"])}))
-    caption = spec["caption"].format(cells=cells)
-    caption += (f" Mean over the {' / '.join(sorted(splits))} batches (spec 4) and over {n_seeds} "
-                f"seed(s); Zj = output of stage j.")
-    if has_ppa:
-        caption += " PPA AttAcc@1 measures reconstruction."
-    else:
-        caption += " PPA AttAcc@1 is not in the summary (model inversion not run)."
-    if note:
-        caption += " " + note
-    write_table(out, outputs, caption)
-    return out

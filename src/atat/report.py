@@ -1,11 +1,12 @@
-"""Which statistics tables and figures the current config can produce.
+"""Whether the current config can produce a statistics table or figure (the predicates of
+the statistics entries of :mod:`atat.paper`).
 
-The workflow makes a table a target of ``all`` only when the config produces every input it
-needs (paper §4-6, App. G-I all need model-inversion leakage in results/summary.csv), and
-a regression output (Tables 5, 15-20, cost of privacy, Figure 2) only when at least one of
-its specifications can be fitted on the planned models (:func:`spec_identifiable`).
-These functions hold that decision so it can be unit-tested without Snakemake; the rules in
-``workflow/rules/stats.smk`` call :func:`stats_targets`.
+A table is a target of ``all`` only when the config produces every input it needs (paper
+§4-6, App. G-I all need model-inversion leakage in results/summary.csv), and a regression
+output (Tables 5, 15-20, cost of privacy, Figure 2) only when at least one of its
+specifications can be fitted on the planned models (:func:`spec_identifiable`). These
+predicates can be unit-tested without Snakemake; :func:`atat.paper.stats_targets` lists the
+targets they allow.
 
 Inversion attacks are read from ``config["inversion"]["attacks"]`` (e.g. ``[ppa, ifgmi,
 ppdg]``); each adds the summary columns ``{attack}_{metric}`` for the metrics of
@@ -18,26 +19,13 @@ from typing import Any, Iterable, Mapping
 
 import pandas as pd
 
+from atat.paper import FIGURE2_SPEC, TABLE5_SPECS, inversion_attacks
 from atat.summary import INVERSION_METRICS
 from atat.tables import MAIN_TABLES
 
-REGRESSION_TABLE_IDS = ["5", "15", "16", "17", "18", "19", "20"]
-MAIN_TABLE_IDS = [str(n) for n in sorted(MAIN_TABLES)]
-#: The specification whose fit Figure 2 draws (paper Fig. 2: PPA, generic, joint OLS).
-FIGURE2_SPEC = "T15_ppa_generic_joint_ols"
-#: Paper Table 5 = the joint OLS and Beta fits of Table 15 (atat.tables.regression_table).
-TABLE5_SPECS = ("T15_ppa_generic_joint_ols", "T15_ppa_generic_joint_beta")
-EXTS = ("csv", "md", "tex")
-
-__all__ = ["INVERSION_METRICS", "REGRESSION_TABLE_IDS", "MAIN_TABLE_IDS", "inversion_attacks",
+__all__ = ["FIGURE2_SPEC", "INVERSION_METRICS", "TABLE5_SPECS", "inversion_attacks",
            "summary_columns", "planned_sample_frame", "spec_identifiable",
-           "regression_table_buildable", "causal_buildable",
-           "main_table_buildable", "stats_targets"]
-
-
-def inversion_attacks(config: Mapping[str, Any]) -> list[str]:
-    inv = config.get("inversion") or {}
-    return [str(a) for a in (inv.get("attacks") or [])]
+           "regression_table_buildable", "causal_buildable", "main_table_buildable"]
 
 
 def summary_columns(config: Mapping[str, Any]) -> set[str]:
@@ -113,37 +101,3 @@ def main_table_buildable(table_id: str, config: Mapping[str, Any], runs: Iterabl
     return bool(set(layout["attacks"]) & set(inversion_attacks(config))) and any(
         r.architecture in layout["architectures"] and r.dataset in layout["datasets"]
         and getattr(r, "treatment", None) is None for r in runs)
-
-
-def _table(n: str) -> list[str]:
-    return [f"results/tables/table{n}.{e}" for e in EXTS]
-
-
-def stats_targets(config: Mapping[str, Any], regressions: Mapping[str, Any],
-                  runs: Iterable[Any]) -> list[str]:
-    """Targets of workflow/rules/stats.smk that ``config`` can produce."""
-    from atat.stats.regression import expand_grids
-
-    runs = list(runs)
-    specs = expand_grids(regressions)
-    cols = summary_columns(config)
-    targets: list[str] = []
-    if any(s["response"] in cols and spec_identifiable(s, config, runs) for s in specs):
-        targets.append("results/stats/regressions.csv")
-    for t in REGRESSION_TABLE_IDS:
-        if regression_table_buildable(t, config, specs, runs):
-            targets += _table(t)
-    cop = [s for s in specs if s["name"] == (regressions.get("cost_of_privacy") or {}).get("spec")]
-    if cop and cop[0]["response"] in cols and spec_identifiable(cop[0], config, runs):
-        targets += ["results/stats/cost_of_privacy.csv", "results/stats/cost_of_privacy.md"]
-    if causal_buildable(config, regressions):
-        targets += _table("21") + _table("22")
-    for t in MAIN_TABLE_IDS:
-        if main_table_buildable(t, config, runs):
-            targets += _table(t)
-    fig2 = [s for s in specs if s["name"] == FIGURE2_SPEC]
-    if fig2 and spec_identifiable(fig2[0], config, runs) and fig2[0]["response"] in cols:
-        targets.append("results/figures/figure2_observed_vs_predicted.png")
-    if inversion_attacks(config):
-        targets.append("results/figures/figure4_accuracy_vs_privacy.png")
-    return targets

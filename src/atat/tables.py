@@ -1,4 +1,5 @@
-"""Paper tables as CSV + Markdown + LaTeX, built only from results/summary.csv."""
+"""Paper tables as CSV + Markdown + LaTeX, built from results/summary.csv and the per-model
+results (which runs go into which table, captions and labels: :mod:`atat.paper`)."""
 
 from __future__ import annotations
 
@@ -8,19 +9,10 @@ from typing import Any, Mapping, Sequence
 import pandas as pd
 
 from atat import io
+from atat.paper import (ARCH_LABELS, ATTACK_NAMES, DATASET_LABELS, DEFENSE_LABELS, output,
+                        robustness_table_number)
+from atat.paper import label as _label
 from atat.summary import robust_column
-
-DEFENSE_LABELS = {"nodef": "NoDef", "atat": "AT-AT", "mid": "MID", "bido": "BiDO",
-                  "tldmi": "TL-DMI", "tldmi5": "TL-DMI-5", "negls": "NegLS", "rolss": "RoLSS",
-                  "rolss_ssf": "RoLSS-SSF", "trap_mid": "Trap-MID", "at": "AT",
-                  "trap_mid_star": "Trap-MID*", "bido_lx1e3": "BiDO** (.001, 0)",
-                  "bido_lx1e4": "BiDO** (.0001, 0)", "nodef_es": "NoDef (early-stopped)",
-                  "permuted": "NoDef, permuted labels", "unseen_pixels": "Unseen-Pixels",
-                  "unseen_pixels_gl": "Unseen-Pixels mask stage 1 (GL)",
-                  "unseen_pixels_agl": "Unseen-Pixels mask stage 2 (AGL)"}
-DATASET_LABELS = {"facescrub": "FaceScrub", "celeba": "CelebA", "stanford_dogs": "Stanford Dogs",
-                  "synthfaces": "SynthFaces"}
-
 
 def to_markdown(df: pd.DataFrame, caption: str, float_fmt: str = "{:.3f}") -> str:
     def fmt(v: object) -> str:
@@ -81,6 +73,84 @@ def table4(summary_csv: str | Path, outputs: Sequence[str | Path], *, architectu
         caption += " PPA AttAcc@1 is not in the summary yet (model inversion not run)."
     write_table(table, outputs, caption)
     return table
+
+
+# --------------------------------------------------------------------------- Tables 1, 8, 9
+HSIC_TABLE_IDS = ["table1", "table8", "table9"]
+#: The HSIC tables that show HSIC(Y, Zj) beside HSIC(X, Zj) (paper App. D.1 Table 8).
+HSIC_TABLES_WITH_YZ = {"table8"}
+
+
+def hsic_table(hsic_files: Sequence[str | Path], summary_csv: str | Path | None,
+               outputs: Sequence[str | Path], *, table: str,
+               cells_text: str | None = None, note: str | None = None) -> pd.DataFrame:
+    """One HSIC table (CSV/Markdown/LaTeX; paper §3 Table 1, App. D Tables 8/9; rows and
+    caption: :mod:`atat.paper`) from per-model HSIC JSONs of :func:`atat.hsic_measure.measure_hsic`
+    (which carry ``dataset``, ``architecture``, ``defense_name``, ``seed`` from the rule) and
+    results/summary.csv (test accuracy; PPA AttAcc@1 only if the summary has it - it is never
+    invented). Rows keep the order of ``hsic_files``; several seeds of a cell are averaged."""
+    if table not in HSIC_TABLE_IDS:
+        raise ValueError(f"unknown HSIC table '{table}' (known: {HSIC_TABLE_IDS})")
+    entry = output(table)
+    with_yz = table in HSIC_TABLES_WITH_YZ
+    recs = []
+    splits: set[str] = set()
+    for path in hsic_files:
+        r = io.read_json(path)
+        for key in ("dataset", "architecture", "defense_name", "seed"):
+            if key not in r:
+                raise ValueError(f"{path}: HSIC file lacks '{key}' (written without meta?)")
+        row: dict[str, Any] = {"dataset": r["dataset"], "architecture": r["architecture"],
+                               "defense": r["defense_name"], "seed": int(r["seed"])}
+        for j, layer in enumerate(r["layers"], 1):
+            row[f"HSIC(X,Z{j})"] = r["hsic_xz"][layer]
+            if with_yz:
+                row[f"HSIC(Y,Z{j})"] = r["hsic_yz"][layer]
+        row["n_batches"] = r["n_batches"]
+        splits.add("augmented, shuffled train" if r.get("augmented", True)
+                   else str(r.get("split")))
+        recs.append(row)
+    if not recs:
+        raise ValueError(f"{table}: no HSIC files")
+    df = pd.DataFrame(recs)
+    keys = ["dataset", "architecture", "defense", "seed"]
+    has_ppa = False
+    if summary_csv is not None:
+        summary = pd.read_csv(summary_csv)
+        extra = ["test_acc"] + (["ppa_attacc1"] if "ppa_attacc1" in summary.columns else [])
+        has_ppa = "ppa_attacc1" in extra
+        summary = summary[keys + extra]
+        df = df.merge(summary, on=keys, how="left", validate="one_to_one")
+    value_cols = [c for c in df.columns if c not in keys]
+    grouped = (df.groupby(["dataset", "architecture", "defense"], sort=False)[value_cols]
+               .mean(numeric_only=True).reset_index())
+    n_seeds = int(df.groupby(["dataset", "architecture", "defense"]).size().max())
+    labels = entry.defense_labels()
+    out = pd.DataFrame({
+        "Dataset": grouped["dataset"].map(lambda d: DATASET_LABELS.get(d, d)),
+        "Architecture": grouped["architecture"].map(lambda a: ARCH_LABELS.get(a, a)),
+        "Defense": grouped["defense"].map(lambda d: labels.get(d, d)),
+    })
+    for c in [c for c in grouped.columns if c.startswith("HSIC")]:
+        out[c] = grouped[c]
+    if "test_acc" in grouped.columns:
+        out["Test acc."] = grouped["test_acc"]
+    if has_ppa:
+        out["PPA AttAcc@1"] = grouped["ppa_attacc1"]
+    cells = cells_text or ", ".join(sorted({f"{DATASET_LABELS.get(d, d)} "
+                                            f"({ARCH_LABELS.get(a, a)})" for d, a in
+                                            zip(grouped["dataset"], grouped["architecture"])}))
+    caption = entry.caption.format(cells=cells)
+    caption += (f" Mean over the {' / '.join(sorted(splits))} batches (spec 4) and over {n_seeds} "
+                f"seed(s); Zj = output of stage j.")
+    if has_ppa:
+        caption += " PPA AttAcc@1 measures reconstruction."
+    else:
+        caption += " PPA AttAcc@1 is not in the summary (model inversion not run)."
+    if note:
+        caption += " " + note
+    write_table(out, outputs, caption)
+    return out
 
 
 # --------------------------------------------------------------------------- Tables 2, 3
@@ -151,23 +221,7 @@ def table3(summary_csv: str | Path, outputs: Sequence[str | Path], *,
 
 # --------------------------------------------------------------------------- Tables 11-14
 
-#: Paper App. F.4: one AutoAttack table per epsilon.
-ROBUSTNESS_TABLES = {0.031: 11, 0.0025: 12, 0.0005: 13, 1e-05: 14}
 ATTACK_LABELS = {"apgd-ce": "APGD-CE", "apgd-t": "APGD-T", "fab-t": "FAB-T", "square": "Square"}
-ARCH_LABELS = {"resnet152": "ResNet-152", "resnet18": "ResNet-18", "densenet169": "DenseNet-169"}
-
-
-def robustness_table_number(eps: float) -> int | None:
-    """Paper table number (11-14) of the AutoAttack table at ``eps``; None if not in the paper."""
-    for e, n in ROBUSTNESS_TABLES.items():
-        if abs(float(eps) - e) <= 1e-12 * max(1.0, e):
-            return n
-    return None
-
-
-def _label(mapping: dict, key: object) -> str:
-    return mapping.get(key, str(key))
-
 
 def robustness_table(summary_csv: str | Path, outputs: Sequence[str | Path], *,
                      eps: float) -> pd.DataFrame:
@@ -450,7 +504,6 @@ MAIN_TABLES: dict[int, dict[str, Any]] = {
     28: {"architectures": ["resnet18"], "datasets": _FACES, "attacks": _ALL_ATTACKS,
          "intervals": True, "expands": 25},
 }
-ATTACK_NAMES = {"ppa": "PPA", "ifgmi": "IF-GMI", "ppdg": "PPDG"}
 PER_IMAGE_COLUMNS = ["dataset", "architecture", "defense", "attack", "class", "correct_top1",
                      "correct_top5"]
 PER_CLASS_METRICS = {"evalconf": "EvalConf", "dist_face": "delta_face", "dist_eval": "delta_eval"}

@@ -1,9 +1,12 @@
-# Config validation, grid expansion, input functions and wildcard constraints.
-# Everything here runs when the DAG is built, before any job.
+# Config validation, grid expansion, the final targets, input functions and wildcard
+# constraints (the rules files hold rules only). Everything here runs when the DAG is built,
+# before any job. What `all` builds: the registry of paper outputs, atat.paper.
 
 import re
 import sys
 from pathlib import Path
+
+import yaml
 
 sys.path.insert(0, str(Path(workflow.basedir) / "src"))
 
@@ -13,9 +16,32 @@ from atat.config import (  # noqa: E402
     model_runs,
     training_params,
 )
+from atat.config import inversion_params  # noqa: E402
 from atat.config import n_classes as _n_classes  # noqa: E402
-from atat.report import inversion_attacks  # noqa: E402
 from atat.config_memo import validate_config_once  # noqa: E402
+from atat.inversion_resources import gpu_memory_mb  # noqa: E402
+from atat.paper import (  # noqa: E402
+    FIGURE2_SPEC,
+    MAIN_TABLE_IDS,
+    REGRESSION_TABLE_IDS,
+    Plan,
+    final_targets,
+    figure5_run,
+    hsic_file,
+    hsic_table_runs,
+    inversion_attacks,
+    main_architecture,
+    permuted_defenses,
+    plain_nodef_defenses,
+    reconstruction_models,
+    robustness_table_eps,
+    section3_roles,
+    table4_architecture,
+    unseen_pixel_runs,
+)
+from atat.paper import check as check_paper_outputs  # noqa: E402
+from atat.summary import INVERSION_METRICS  # noqa: E402
+from atat.tables import HSIC_TABLE_IDS  # noqa: E402
 from atat.weights_table import (  # noqa: E402
     torchvision_weights_filename,
     torchvision_weights_url,
@@ -28,12 +54,22 @@ try:
 except ConfigError as exc:
     raise WorkflowError(str(exc)) from None
 
+REGRESSIONS_YAML = f"{workflow.basedir}/config/regressions.yaml"
+with open(REGRESSIONS_YAML) as _fh:
+    REGRESSIONS = yaml.safe_load(_fh) or {}
+# every name an entry of the registry refers to (atat.paper.check): a typo stops here
+try:
+    check_paper_outputs(config, REGRESSIONS, REGRESSIONS_YAML)
+except ConfigError as exc:
+    raise WorkflowError(str(exc)) from None
+
 RES = config["resources_dir"]
 RUNS = model_runs(config)
 EPS = {eps_tag(e): float(e) for e in config["autoattack"]["epsilons"]}
 INV_ATTACKS = inversion_attacks(config)
 SYNTH = [n for n, d in config["datasets"].items() if d["source"] == "synthfaces"]
 REAL = [n for n, d in config["datasets"].items() if d["source"] != "synthfaces"]
+PLAN = Plan(config, RUNS, REGRESSIONS)
 
 
 def _alt(names):
@@ -158,21 +194,85 @@ def summary_inputs(wildcards):
     return files
 
 
-def table4_architecture():
-    arch = config.get("tables", {}).get("table4_architecture", "resnet152")
-    return arch if any(r.architecture == arch for r in RUNS) else None
-
-
-# Each stage's rules file appends a function returning the final targets it can build for the
-# current config (only what exists: a table whose inputs the config lacks is not a target).
-TARGET_FUNCTIONS = []
-
-
 def all_targets():
-    targets = []
-    for fn in TARGET_FUNCTIONS:
-        targets.extend(t for t in fn() if t not in targets)
-    return targets
+    """The final targets of `all`: every entry of the registry of paper outputs that this
+    config can build (atat.paper.REGISTRY; a table whose inputs the config lacks is not a
+    target)."""
+    return final_targets(PLAN)
+
+
+def figure5_model_run():
+    run = figure5_run(PLAN)
+    if run is None:
+        raise WorkflowError(f"Figure 5 needs a NoDef model of tables.table4_architecture "
+                            f"('{main_architecture(config)}'); the config trains none")
+    return run
+
+
+def inversion_inputs(wildcards):
+    ds = wildcards.dataset
+    inputs = dict(
+        model=f"results/models/{ds}/{wildcards.arch}/{wildcards.defense}/seed{wildcards.seed}/model.pt",
+        dataset=dataset_dir(ds),
+        generator=generator_file(config["datasets"][ds]["generator"]),
+        evaluation=f"results/evaluation/{ds}/model.pt",
+    )
+    face = face_network_file(ds)
+    if face:
+        inputs["face"] = face
+    if wildcards.attack == "ppdg":
+        kind = inversion_params(config, ds, wildcards.arch, wildcards.defense, "ppdg")["perceptual"]
+        if kind == "vgg16_lpips":
+            files = lpips_files()
+            inputs["perceptual_vgg"] = files["vgg"]
+            inputs["perceptual_lin"] = files["lin"]
+        else:
+            inputs["perceptual_embedding"] = f"results/face_embedding/{ds}/model.pt"
+    return inputs
+
+
+#: full resolution of the downloadable StyleGAN2-ADA priors (spec attacks §6.1: ffhq.pkl 1024 px,
+#: afhqdog.pkl 512 px), by file name; another url is assumed to be 1024 px (the largest release).
+PRIOR_RESOLUTION = {"ffhq.pkl": 1024, "afhqdog.pkl": 512}
+
+
+def generator_resolution(name):
+    g = config["generators"][name]
+    if "train" in g:
+        return int(dataset_resolution(g["train"]["dataset"]))
+    return PRIOR_RESOLUTION.get(Path(g["url"]).name, 1024)
+
+
+def invert_gpu_mem_mb(wildcards):
+    """Estimated GPU peak of one inversion job (atat.inversion_resources: measured at
+    256/512/1024 px on CPU, extrapolated): the optimisation batch with gradients, PPDG's
+    generator tuning on num_inv_points pivots, the largest batch rendered without gradient."""
+    p = inversion_params(config, wildcards.dataset, wildcards.arch, wildcards.defense,
+                         wildcards.attack)
+    bs = int(p["batch_size"])
+    render = {"ppa": max(int(p["candidates"]["batch_size"]), bs),  # search, scoring
+              "ifgmi": int(p["candidates"]["batch_size"]),
+              "ppdg": max(int(p["candidates"]["batch_size"]), 2 * bs)}[wildcards.attack]
+    return gpu_memory_mb(
+        wildcards.attack,
+        resolution=generator_resolution(config["datasets"][wildcards.dataset]["generator"]),
+        batch_size=bs, architecture=wildcards.arch, input_resolution=p["input_resolution"],
+        render_batch_size=max(render, 20),  # final selection renders 20 at a time
+        n_points=int(p.get("num_inv_points", 1)), measure=p.get("measure", "pointwise"))
+
+
+def reconstruction_inputs(wildcards):
+    """best_images.pt of every (non-replicate) model of one (dataset, architecture) cell."""
+    if not INV_ATTACKS:
+        return {}
+    return reconstruction_models(PLAN, wildcards.dataset, wildcards.arch, wildcards.attack)
+
+
+def unseen_pixel_run(wildcards):
+    for r in unseen_pixel_runs(PLAN):
+        if r.dataset == wildcards.dataset and r.architecture == wildcards.arch:
+            return r
+    raise WorkflowError(f"no Unseen-Pixels model for {wildcards.dataset}/{wildcards.arch}")
 
 
 def torchvision_weight_urls():

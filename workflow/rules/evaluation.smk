@@ -1,4 +1,4 @@
-# Stage 4a: the networks that judge the inversion attacks (spec attacks §5.2, §5.4), one per
+# Stage 5: the networks that judge the inversion attacks (spec attacks §5.2, §5.4), one per
 # attacked dataset: the Inception-v3 evaluation model trained on the private training split,
 # and (embedded demo only, face_embedding.source = public_classifier) the face-embedding
 # network of δ_face trained on the dataset's public pool. With source facenet the pretrained

@@ -1,11 +1,8 @@
-# Stage 5: model inversion (paper §2, A.5; spec attacks.md). One job per (model, attack);
+# Stage 6: model inversion (paper §2, A.5; spec attacks.md). One job per (model, attack);
 # each job writes the per-image scores of its final images, the summary metrics, one
 # reconstruction per class (highest evaluation confidence, for the grid figures) and the
 # final latents. Per-batch/per-class progress lives under results/.resume/inversion/ (not
 # declared, so a failed job keeps it and a rerun continues).
-
-from atat.config import inversion_params  # noqa: E402
-from atat.inversion_resources import gpu_memory_mb  # noqa: E402
 
 TRAINED_GENERATORS = [n for n, g in config.get("generators", {}).items() if "train" in g]
 INV_RUNS = [r for r in RUNS] if INV_ATTACKS else []
@@ -16,72 +13,6 @@ INV_DIR = "results/inversion/{dataset}/{arch}/{defense}/seed{seed}/{attack}"
 wildcard_constraints:
     attack=_alt(INV_ATTACKS or ["ppa", "ifgmi", "ppdg"]),
     generator=_alt(config.get("generators", {})),
-
-
-def inversion_targets():
-    if not INV_ATTACKS:
-        return []
-    out = [f"results/inversion/{r.path}/{a}/metrics.json" for r in INV_RUNS for a in INV_ATTACKS]
-    out.append("results/inversion/per_image.csv")
-    cells = sorted({(r.dataset, r.architecture) for r in INV_RUNS if r.replicate is None})
-    out += [f"results/figures/reconstructions_{d}_{a}_{atk}.png" for d, a in cells
-            for atk in INV_ATTACKS]
-    return out
-
-
-TARGET_FUNCTIONS.append(inversion_targets)
-
-
-def inversion_inputs(wildcards):
-    ds = wildcards.dataset
-    inputs = dict(
-        model=f"results/models/{ds}/{wildcards.arch}/{wildcards.defense}/seed{wildcards.seed}/model.pt",
-        dataset=dataset_dir(ds),
-        generator=generator_file(config["datasets"][ds]["generator"]),
-        evaluation=f"results/evaluation/{ds}/model.pt",
-    )
-    face = face_network_file(ds)
-    if face:
-        inputs["face"] = face
-    if wildcards.attack == "ppdg":
-        kind = inversion_params(config, ds, wildcards.arch, wildcards.defense, "ppdg")["perceptual"]
-        if kind == "vgg16_lpips":
-            files = lpips_files()
-            inputs["perceptual_vgg"] = files["vgg"]
-            inputs["perceptual_lin"] = files["lin"]
-        else:
-            inputs["perceptual_embedding"] = f"results/face_embedding/{ds}/model.pt"
-    return inputs
-
-
-#: full resolution of the downloadable StyleGAN2-ADA priors (spec attacks §6.1: ffhq.pkl 1024 px,
-#: afhqdog.pkl 512 px), by file name; another url is assumed to be 1024 px (the largest release).
-PRIOR_RESOLUTION = {"ffhq.pkl": 1024, "afhqdog.pkl": 512}
-
-
-def generator_resolution(name):
-    g = config["generators"][name]
-    if "train" in g:
-        return int(dataset_resolution(g["train"]["dataset"]))
-    return PRIOR_RESOLUTION.get(Path(g["url"]).name, 1024)
-
-
-def invert_gpu_mem_mb(wildcards):
-    """Estimated GPU peak of one inversion job (atat.inversion_resources: measured at
-    256/512/1024 px on CPU, extrapolated): the optimisation batch with gradients, PPDG's
-    generator tuning on num_inv_points pivots, the largest batch rendered without gradient."""
-    p = inversion_params(config, wildcards.dataset, wildcards.arch, wildcards.defense,
-                         wildcards.attack)
-    bs = int(p["batch_size"])
-    render = {"ppa": max(int(p["candidates"]["batch_size"]), bs),  # search, scoring
-              "ifgmi": int(p["candidates"]["batch_size"]),
-              "ppdg": max(int(p["candidates"]["batch_size"]), 2 * bs)}[wildcards.attack]
-    return gpu_memory_mb(
-        wildcards.attack,
-        resolution=generator_resolution(config["datasets"][wildcards.dataset]["generator"]),
-        batch_size=bs, architecture=wildcards.arch, input_resolution=p["input_resolution"],
-        render_batch_size=max(render, 20),  # final selection renders 20 at a time
-        n_points=int(p.get("num_inv_points", 1)), measure=p.get("measure", "pointwise"))
 
 
 rule train_generator:
@@ -176,18 +107,11 @@ rule inversion_per_image:
         "../scripts/inversion_per_image.py"
 
 
-def grid_models(wildcards):
-    """best_images.pt of every (non-replicate) model of one (dataset, architecture) cell."""
-    return {r.defense: f"results/inversion/{r.path}/{wildcards.attack}/best_images.pt"
-            for r in INV_RUNS if r.replicate is None and r.dataset == wildcards.dataset
-            and r.architecture == wildcards.arch and r.seed == config["seeds"][0]}
-
-
 rule figure_reconstructions:
     # Paper Fig. 3/6: a training image of each shown class beside every defense's
     # reconstruction of it (the image of maximum evaluation confidence: not cherry-picked).
     input:
-        images=lambda wc: list(grid_models(wc).values()),
+        images=lambda wc: list(reconstruction_inputs(wc).values()),
         dataset=lambda wc: dataset_dir(wc.dataset),
     output:
         report(
@@ -198,7 +122,7 @@ rule figure_reconstructions:
             labels={"dataset": "{dataset}", "architecture": "{arch}", "attack": "{attack}"},
         ),
     params:
-        models=grid_models,
+        models=reconstruction_inputs,
     log:
         "logs/figures/reconstructions_{dataset}_{arch}_{attack}.log",
     benchmark:
@@ -214,42 +138,6 @@ rule figure_reconstructions:
 
 
 # --- paper §3: Table 2 (rote memorisation) and Table 3 (Unseen-Pixels), from summary.csv ---
-def _defenses_where(pred):
-    return [n for n, d in config["defenses"].items() if pred(d)]
-
-
-def _training(d):
-    return d.get("training", {})
-
-
-PERMUTED = _defenses_where(lambda d: _training(d).get("permute_labels_seed") is not None)
-PLAIN_NODEF = _defenses_where(lambda d: d["type"] == "nodef" and not _training(d).get(
-    "permute_labels_seed") and _training(d).get("stop_at_val_acc") is None)
-SECTION3_ROLES = {
-    "Unseen-Pixels": _defenses_where(lambda d: d["type"] == "pixel_mask"
-                                     and d.get("stage") == "retrain"),
-    "NoDef": PLAIN_NODEF,
-    "NoDef (early-stopped)": _defenses_where(lambda d: d["type"] == "nodef"
-                                             and _training(d).get("stop_at_val_acc") is not None),
-    "TL-DMI": _defenses_where(lambda d: d["type"] == "tldmi"),
-}
-
-
-def section3_targets():
-    if "ppa" not in INV_ATTACKS:
-        return []
-    trained = {r.defense for r in RUNS}
-    out = []
-    if trained & set(PERMUTED):
-        out += expand("results/tables/table2.{ext}", ext=["csv", "md", "tex"])
-    if trained & set(SECTION3_ROLES["Unseen-Pixels"]):
-        out += expand("results/tables/table3.{ext}", ext=["csv", "md", "tex"])
-    return out
-
-
-TARGET_FUNCTIONS.append(section3_targets)
-
-
 rule table2:
     input:
         summary="results/summary.csv",
@@ -264,8 +152,8 @@ rule table2:
         "results/tables/table2.md",
         "results/tables/table2.tex",
     params:
-        permuted=PERMUTED,
-        true_labels=PLAIN_NODEF,
+        permuted=permuted_defenses(config),
+        true_labels=plain_nodef_defenses(config),
     log:
         "logs/tables/table2.log",
     benchmark:
@@ -294,7 +182,7 @@ rule table3:
         "results/tables/table3.md",
         "results/tables/table3.tex",
     params:
-        roles=SECTION3_ROLES,
+        roles=section3_roles(config),
     log:
         "logs/tables/table3.log",
     benchmark:
@@ -309,35 +197,12 @@ rule table3:
         "../scripts/section3_tables.py"
 
 
-def _unseen_cells():
-    names = set(SECTION3_ROLES["Unseen-Pixels"])
-    return [r for r in RUNS if r.defense in names and r.replicate is None
-            and r.seed == config["seeds"][0]]
-
-
-def figure1_targets():
-    if "ppa" not in INV_ATTACKS:
-        return []
-    return [f"results/figures/figure1_unseen_pixels_{r.dataset}_{r.architecture}.png"
-            for r in _unseen_cells()]
-
-
-TARGET_FUNCTIONS.append(figure1_targets)
-
-
-def _unseen_run(wildcards):
-    for r in _unseen_cells():
-        if r.dataset == wildcards.dataset and r.architecture == wildcards.arch:
-            return r
-    raise WorkflowError(f"no Unseen-Pixels model for {wildcards.dataset}/{wildcards.arch}")
-
-
 rule figure1:
     # Paper Fig. 1: original, pixel-deleted (as the Unseen-Pixels model saw it) and PPA
     # reconstruction from the Unseen-Pixels model.
     input:
-        model=lambda wc: f"{model_dir(_unseen_run(wc))}/model.pt",
-        images=lambda wc: f"results/inversion/{_unseen_run(wc).path}/ppa/best_images.pt",
+        model=lambda wc: f"{model_dir(unseen_pixel_run(wc))}/model.pt",
+        images=lambda wc: f"results/inversion/{unseen_pixel_run(wc).path}/ppa/best_images.pt",
         dataset=lambda wc: dataset_dir(wc.dataset),
     output:
         report(

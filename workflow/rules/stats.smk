@@ -1,36 +1,12 @@
-# Stage 6: statistics of §4, §5 and App. G-I (regressions, cost of privacy, causal AT-AT
+# Stage 9: statistics of §4, §5 and App. G-I (regressions, cost of privacy, causal AT-AT
 # experiment, main results with confidence intervals) and Figures 2 and 4.
 #
 # Every rule here needs model-inversion leakage columns in results/summary.csv
 # ({attack}_attacc1, ..., attack in ppa/ifgmi/ppdg). They become targets of `all` only when
 # the config configures the inversion attacks that produce them (config key
 # `inversion: {attacks: [...]}`); otherwise they can still be requested by name, and the
-# library functions behind them are unit-tested on simulated summaries.
-
-import yaml  # noqa: E402
-
-from atat.report import (  # noqa: E402
-    FIGURE2_SPEC,
-    INVERSION_METRICS,
-    MAIN_TABLE_IDS,
-    REGRESSION_TABLE_IDS,
-    inversion_attacks,
-)
-from atat.report import stats_targets as _stats_targets  # noqa: E402
-
-REGRESSIONS_YAML = f"{workflow.basedir}/config/regressions.yaml"
-
-
-def regressions_config():
-    with open(REGRESSIONS_YAML) as fh:
-        return yaml.safe_load(fh)
-
-
-def stats_targets():
-    return _stats_targets(config, regressions_config(), RUNS)
-
-
-TARGET_FUNCTIONS.append(stats_targets)
+# library functions behind them are unit-tested on simulated summaries. Which outputs the
+# config can fit (atat.report's predicates) and their specifications: atat.paper.
 
 
 rule regressions:
@@ -99,8 +75,8 @@ rule cost_of_privacy:
         ),
         "results/stats/cost_of_privacy.md",
     params:
-        spec=(regressions_config().get("cost_of_privacy") or {}).get("spec"),
-        terms=(regressions_config().get("cost_of_privacy") or {}).get("terms"),
+        spec=(REGRESSIONS.get("cost_of_privacy") or {}).get("spec"),
+        terms=(REGRESSIONS.get("cost_of_privacy") or {}).get("terms"),
     log:
         "logs/stats/cost_of_privacy.log",
     benchmark:
@@ -226,9 +202,9 @@ rule figure4:
             labels={"figure": "4"},
         ),
     params:
-        attacks=inversion_attacks(config) or ["ppa", "ifgmi", "ppdg"],
+        attacks=INV_ATTACKS or ["ppa", "ifgmi", "ppdg"],
         metrics=INVERSION_METRICS,
-        architecture=config.get("tables", {}).get("table4_architecture", "resnet152"),
+        architecture=main_architecture(config),
     log:
         "logs/figures/figure4.log",
     benchmark:

@@ -1,4 +1,4 @@
-# Stage 4: one tidy row per model.
+# Stage 7: one tidy row per model.
 
 
 rule summary:

@@ -1,27 +1,8 @@
-# Stage 5: paper tables (CSV + Markdown + LaTeX) and figures, from results/summary.csv only.
+# Stage 8: paper tables (CSV + Markdown + LaTeX) and figures, from results/summary.csv only.
+# Which tables this config builds and what goes into them: atat.paper (entries table4,
+# table11-14, figure_robustness, figure5).
 
-from atat.tables import robustness_table_number  # noqa: E402
-
-# Tables 11-14 (App. F.4): one per configured epsilon that the paper tabulates.
-ROBUSTNESS_TABLE_EPS = {
-    str(robustness_table_number(e)): e
-    for e in config["autoattack"]["epsilons"]
-    if robustness_table_number(e) is not None
-}
-
-
-def table_targets():
-    targets = ["results/summary.csv", "results/figures/robust_accuracy_vs_eps.png"]
-    if table4_architecture():
-        targets += expand("results/tables/table4.{ext}", ext=["csv", "md", "tex"])
-    targets += expand(
-        "results/tables/table{n}.{ext}", n=sorted(ROBUSTNESS_TABLE_EPS, key=int),
-        ext=["csv", "md", "tex"],
-    )
-    return targets
-
-
-TARGET_FUNCTIONS.append(table_targets)
+ROBUSTNESS_TABLE_EPS = robustness_table_eps(config)  # Tables 11-14 (App. F.4): number -> eps
 
 
 rule table4:
@@ -38,7 +19,7 @@ rule table4:
         "results/tables/table4.md",
         "results/tables/table4.tex",
     params:
-        architecture=table4_architecture(),
+        architecture=table4_architecture(PLAN),
         epsilons=config["autoattack"]["epsilons"],
     log:
         "logs/tables/table4.log",
@@ -111,26 +92,10 @@ rule figure_robustness:
         "../scripts/figure_robustness.py"
 
 
-def figure5_model():
-    """Paper Fig. 5: the NoDef model of the main architecture's first cell."""
-    arch = table4_architecture()
-    for r in RUNS:
-        if r.architecture == arch and r.defense == "nodef" and r.replicate is None:
-            return f"{model_dir(r)}/model.pt", r.dataset
-    return None, None
-
-
-def figure5_targets():
-    return ["results/figures/figure5_adversarial_examples.png"] if figure5_model()[0] else []
-
-
-TARGET_FUNCTIONS.append(figure5_targets)
-
-
 rule figure5:
     input:
-        model=lambda wc: figure5_model()[0],
-        dataset=lambda wc: dataset_dir(figure5_model()[1]),
+        model=lambda wc: f"{model_dir(figure5_model_run())}/model.pt",
+        dataset=lambda wc: dataset_dir(figure5_model_run().dataset),
     output:
         report(
             "results/figures/figure5_adversarial_examples.png",

@@ -8,7 +8,7 @@ setup(snakemake)  # noqa: F821
 p = snakemake.params  # noqa: F821
 
 if snakemake.rule == "hsic_table":  # noqa: F821
-    from atat.hsic_measure import hsic_table
+    from atat.tables import hsic_table
 
     hsic_table(list(snakemake.input.hsic), snakemake.input.summary,  # noqa: F821
                list(snakemake.output), table=p.table, note=p.note)  # noqa: F821

@@ -1,0 +1,514 @@
+"""The paper's outputs: one registry entry per table, figure and final data product.
+
+Every output the workflow's ``all`` builds is an :class:`Output` of :data:`REGISTRY`:
+
+* ``id``       -- its name (``table1``, ``figure5``, ``hsic``...);
+* ``rule``     -- the Snakemake rule that builds it (``workflow/rules/<stage>.smk``);
+* ``stage``    -- the rules file of that rule (``hsic``, ``inversion``, ``tables``, ``stats``);
+* ``targets``  -- the selection: a function of the :class:`Plan` (config + planned models)
+  returning the files this config can build (``[]`` = not built for this config: a table
+  whose inputs the config lacks is never a target, and never a failing job);
+* ``builder``  -- ``"module:function"`` that writes it (resolved by the unit tests);
+* ``caption``  -- the paper's caption (the builder adds what depends on the run: seeds,
+  the attacks run, the attack precision...), empty where the builder composes it all;
+* ``labels``   -- row-label overrides of this output over :data:`DEFENSE_LABELS`
+  (paper Table 1 calls BiDO(.001,0) "BiDO**").
+
+``workflow/rules/common.smk``'s ``all_targets()`` is :func:`final_targets` of the config's
+plan; the rules take their selections from here (:func:`hsic_table_runs`,
+:func:`section3_roles`, :func:`table4_architecture`...). :func:`check` runs when the config
+is validated: a name an entry refers to that the config or ``config/regressions.yaml`` does
+not define is a :class:`atat.config.ConfigError` naming the key, never a missing target.
+
+Labels: one label per defense / architecture / dataset (the paper's typography), here only.
+
+Adding an output (e.g. a regression table, a causal table, a dose-response figure):
+
+1. write its builder in the library (``atat.tables`` for tables, ``atat.figures`` for
+   figures) with a unit test;
+2. add one ``Output(...)`` to :data:`REGISTRY` with its selection function (next to the
+   others below; a new config/spec name it refers to goes into :func:`check`);
+3. give it a rule in its stage's rules file with the fixed output paths of ``targets``
+   (a thin adapter in ``workflow/scripts/`` calling the builder). ``all`` picks it up.
+
+This module imports neither torch nor statsmodels (it runs while Snakemake builds the DAG;
+``tests/test_config_memo.py``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any, Callable, Iterable, Mapping, Sequence
+
+from atat.config import ConfigError
+
+EXTS = ("csv", "md", "tex")
+
+# ------------------------------------------------------------------------------ labels
+#: One label per defense variant (paper typography: §2-§3, Tables 1/9, App. D.1).
+DEFENSE_LABELS = {"nodef": "NoDef", "atat": "AT-AT", "mid": "MID", "bido": "BiDO",
+                  "tldmi": "TL-DMI", "tldmi5": "TL-DMI-5", "negls": "NegLS", "rolss": "RoLSS",
+                  "rolss_ssf": "RoLSS-SSF", "trap_mid": "Trap-MID", "at": "AT",
+                  "trap_mid_star": "Trap-MID*", "bido_lx1e3": "BiDO(.001,0)",
+                  "bido_lx1e4": "BiDO(.0001,0)", "nodef_es": "NoDef (early-stopped)",
+                  "permuted": "NoDef, permuted labels", "unseen_pixels": "Unseen-Pixels",
+                  "unseen_pixels_gl": "Unseen-Pixels mask stage 1 (GL)",
+                  "unseen_pixels_agl": "Unseen-Pixels mask stage 2 (AGL)"}
+ARCH_LABELS = {"resnet18": "ResNet-18", "resnet152": "ResNet-152", "densenet169": "DenseNet-169"}
+DATASET_LABELS = {"facescrub": "FaceScrub", "celeba": "CelebA", "stanford_dogs": "Stanford Dogs",
+                  "synthfaces": "SynthFaces"}
+ATTACK_NAMES = {"ppa": "PPA", "ifgmi": "IF-GMI", "ppdg": "PPDG"}
+
+
+def label(mapping: Mapping[Any, str], key: Any) -> str:
+    return mapping.get(key, str(key))
+
+
+# ------------------------------------------------------------------------------ the plan
+@dataclass(frozen=True)
+class Plan:
+    """What one config plans: the config, its models (:func:`atat.config.model_runs`) and
+    the regression specifications (``config/regressions.yaml``)."""
+
+    config: Mapping[str, Any]
+    runs: Sequence[Any]
+    regressions: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def attacks(self) -> list[str]:
+        return inversion_attacks(self.config)
+
+    @property
+    def epsilons(self) -> list[float]:
+        return [float(e) for e in self.config["autoattack"]["epsilons"]]
+
+    @property
+    def first_seed(self) -> int:
+        return int(self.config["seeds"][0])
+
+    @cached_property
+    def stats_targets_by_entry(self) -> dict[str, list[str]]:
+        """Targets of the statistics entries, by id (fitted-sample checks: computed once)."""
+        return _stats(self)
+
+
+def inversion_attacks(config: Mapping[str, Any]) -> list[str]:
+    """The model-inversion attacks the config runs (``inversion.attacks``)."""
+    inv = config.get("inversion") or {}
+    return [str(a) for a in (inv.get("attacks") or [])]
+
+
+def table_files(name: str) -> list[str]:
+    return [f"results/tables/{name}.{e}" for e in EXTS]
+
+
+def _defenses_where(config: Mapping[str, Any], pred: Callable[[Mapping[str, Any]], bool]
+                    ) -> list[str]:
+    return [n for n, d in config["defenses"].items() if pred(d)]
+
+
+def _training(d: Mapping[str, Any]) -> Mapping[str, Any]:
+    return d.get("training", {})
+
+
+def is_mask_stage(config: Mapping[str, Any], defense: str) -> bool:
+    """Stages 1/2 of Unseen-Pixels are mask-learning runs, not target models."""
+    d = config["defenses"][defense]
+    return d["type"] == "pixel_mask" and d.get("stage", "group_lasso") != "retrain"
+
+
+# ------------------------------------------------------------------------------ HSIC (§3, App. D)
+#: Canonical row order of the HSIC tables.
+HSIC_ROW_ORDER = ["nodef", "mid", "bido", "bido_lx1e3", "bido_lx1e4", "tldmi", "tldmi5",
+                  "negls", "rolss", "rolss_ssf", "trap_mid", "trap_mid_star", "at", "atat"]
+#: Table 1 (paper §3): FaceScrub ResNet-152, every defense of that cell except the models of
+#: other experiments (permuted labels, vanilla AT, early-stopped NoDef) and BiDO(.0001, 0),
+#: which only Table 9 has (Table 9's caption: the RN-152 BiDO(.001, 0) model is Table 1's BiDO**).
+TABLE1_CELL = ("facescrub", "resnet152")
+TABLE1_EXCLUDE = {"permuted", "at", "bido_lx1e4", "nodef_es"}
+#: Table 9 (App. D.1): FaceScrub ResNet-18 and ResNet-152; BiDO variants vs NoDef, MID, TL-DMI.
+TABLE9_DATASET = "facescrub"
+TABLE9_ARCHS = ["resnet18", "resnet152"]
+TABLE9_DEFENSES = ["nodef", "mid", "tldmi", "bido", "bido_lx1e3", "bido_lx1e4"]
+TABLE9_NEEDS = {"bido_lx1e3", "bido_lx1e4"}
+#: Table 8 (App. D.1, caption not in paper.md): NoDef vs BiDO (0.05, 0.5) in every
+#: (dataset, architecture) cell that has both.
+TABLE8_DEFENSES = ["nodef", "bido"]
+
+
+def hsic_file(run: Any) -> str:
+    return f"results/hsic/{run.path}.json"
+
+
+def hsic_table_runs(plan: Plan, table: str) -> tuple[list[Any], str | None]:
+    """(runs, note) of one HSIC table for the plan; runs == [] means not built."""
+    config = plan.config
+    grid = [r for r in plan.runs if r.replicate is None and not is_mask_stage(config, r.defense)]
+    order = HSIC_ROW_ORDER + [d for d in config["defenses"] if d not in HSIC_ROW_ORDER]
+    note = None
+    if table == "table1":
+        cells = {(r.dataset, r.architecture) for r in grid}
+        cell = TABLE1_CELL
+        if cell not in cells and grid:
+            # no FaceScrub ResNet-152 models (e.g. the demo): the analogous table of the
+            # config's first grid cell
+            cell = (grid[0].dataset, grid[0].architecture)
+            note = (f"Analogue of the paper's Table 1 for {cell[0]}/{cell[1]} (this config "
+                    f"has no facescrub/resnet152 models).")
+        runs = [r for r in grid if (r.dataset, r.architecture) == cell
+                and r.defense not in TABLE1_EXCLUDE]
+    elif table == "table8":
+        have = {(r.dataset, r.architecture, r.defense) for r in grid}
+        runs = [r for r in grid if r.defense in TABLE8_DEFENSES
+                and all((r.dataset, r.architecture, d) in have for d in TABLE8_DEFENSES)]
+    elif table == "table9":
+        runs = [r for r in grid if r.dataset == TABLE9_DATASET
+                and r.architecture in TABLE9_ARCHS and r.defense in TABLE9_DEFENSES]
+        if not TABLE9_NEEDS & {r.defense for r in runs}:
+            runs = []
+    else:
+        raise ValueError(f"unknown HSIC table '{table}' (known: table1, table8, table9)")
+    return sorted(runs, key=lambda r: (r.dataset, r.architecture, order.index(r.defense),
+                                       r.seed)), note
+
+
+def _hsic_table_targets(table: str) -> Callable[[Plan], list[str]]:
+    return lambda plan: table_files(table) if hsic_table_runs(plan, table)[0] else []
+
+
+# ------------------------------------------------------------------------------ inversion (§3)
+def inversion_cells(plan: Plan) -> list[tuple[str, str]]:
+    """(dataset, architecture) cells whose reconstructions are drawn (Fig. 3/6)."""
+    return sorted({(r.dataset, r.architecture) for r in plan.runs if r.replicate is None})
+
+
+def reconstruction_models(plan: Plan, dataset: str, arch: str, attack: str) -> dict[str, str]:
+    """best_images.pt of every (non-replicate, first-seed) model of one cell, by defense."""
+    return {r.defense: f"results/inversion/{r.path}/{attack}/best_images.pt"
+            for r in plan.runs if r.replicate is None and r.dataset == dataset
+            and r.architecture == arch and r.seed == plan.first_seed}
+
+
+def permuted_defenses(config: Mapping[str, Any]) -> list[str]:
+    """Table 2's permuted-label models."""
+    return _defenses_where(config, lambda d: _training(d).get("permute_labels_seed") is not None)
+
+
+def plain_nodef_defenses(config: Mapping[str, Any]) -> list[str]:
+    """NoDef trained on the true labels to completion (Table 2's 'true labels')."""
+    return _defenses_where(config, lambda d: d["type"] == "nodef" and not _training(d).get(
+        "permute_labels_seed") and _training(d).get("stop_at_val_acc") is None)
+
+
+def section3_roles(config: Mapping[str, Any]) -> dict[str, list[str]]:
+    """Table 3's rows: role label -> defense names."""
+    return {
+        "Unseen-Pixels": _defenses_where(config, lambda d: d["type"] == "pixel_mask"
+                                         and d.get("stage") == "retrain"),
+        "NoDef": plain_nodef_defenses(config),
+        "NoDef (early-stopped)": _defenses_where(
+            config, lambda d: d["type"] == "nodef" and _training(d).get("stop_at_val_acc")
+            is not None),
+        "TL-DMI": _defenses_where(config, lambda d: d["type"] == "tldmi"),
+    }
+
+
+def unseen_pixel_runs(plan: Plan) -> list[Any]:
+    """The Unseen-Pixels models of Fig. 1 (first seed, no replicate)."""
+    names = set(section3_roles(plan.config)["Unseen-Pixels"])
+    return [r for r in plan.runs if r.defense in names and r.replicate is None
+            and r.seed == plan.first_seed]
+
+
+def _inversion_targets(plan: Plan) -> list[str]:
+    if not plan.attacks:
+        return []
+    out = [f"results/inversion/{r.path}/{a}/metrics.json" for r in plan.runs
+           for a in plan.attacks]
+    out.append("results/inversion/per_image.csv")
+    return out
+
+
+def _reconstruction_targets(plan: Plan) -> list[str]:
+    return [f"results/figures/reconstructions_{d}_{a}_{atk}.png"
+            for d, a in inversion_cells(plan) for atk in plan.attacks]
+
+
+def _table2_targets(plan: Plan) -> list[str]:
+    trained = {r.defense for r in plan.runs}
+    ok = "ppa" in plan.attacks and trained & set(permuted_defenses(plan.config))
+    return table_files("table2") if ok else []
+
+
+def _table3_targets(plan: Plan) -> list[str]:
+    trained = {r.defense for r in plan.runs}
+    ok = "ppa" in plan.attacks and trained & set(section3_roles(plan.config)["Unseen-Pixels"])
+    return table_files("table3") if ok else []
+
+
+def _figure1_targets(plan: Plan) -> list[str]:
+    if "ppa" not in plan.attacks:
+        return []
+    return [f"results/figures/figure1_unseen_pixels_{r.dataset}_{r.architecture}.png"
+            for r in unseen_pixel_runs(plan)]
+
+
+# ------------------------------------------------------------------------------ Table 4, 11-14, Fig. 5
+#: Paper App. F.4: one AutoAttack table per epsilon.
+ROBUSTNESS_TABLES = {0.031: 11, 0.0025: 12, 0.0005: 13, 1e-05: 14}
+
+
+def robustness_table_number(eps: float) -> int | None:
+    """Paper table number (11-14) of the AutoAttack table at ``eps``; None if not in the paper."""
+    for e, n in ROBUSTNESS_TABLES.items():
+        if abs(float(eps) - e) <= 1e-12 * max(1.0, e):
+            return n
+    return None
+
+
+def robustness_table_eps(config: Mapping[str, Any]) -> dict[str, float]:
+    """Table number (as text) -> epsilon, for every configured epsilon the paper tabulates."""
+    return {str(robustness_table_number(e)): e for e in config["autoattack"]["epsilons"]
+            if robustness_table_number(e) is not None}
+
+
+def main_architecture(config: Mapping[str, Any]) -> str:
+    """``tables.table4_architecture``: the paper's main architecture (ResNet-152)."""
+    return str((config.get("tables") or {}).get("table4_architecture", "resnet152"))
+
+
+def table4_architecture(plan: Plan) -> str | None:
+    """Table 4's architecture, or None when no model of it is planned."""
+    arch = main_architecture(plan.config)
+    return arch if any(r.architecture == arch for r in plan.runs) else None
+
+
+def figure5_run(plan: Plan) -> Any | None:
+    """Paper Fig. 5: the NoDef model of the main architecture's first cell."""
+    arch = table4_architecture(plan)
+    for r in plan.runs:
+        if r.architecture == arch and r.defense == "nodef" and r.replicate is None:
+            return r
+    return None
+
+
+def _robustness_table_targets(number: int) -> Callable[[Plan], list[str]]:
+    return lambda plan: (table_files(f"table{number}")
+                         if str(number) in robustness_table_eps(plan.config) else [])
+
+
+# ------------------------------------------------------------------------------ statistics
+def _stats(plan: Plan) -> dict[str, list[str]]:
+    """Targets of the statistics stage by entry id (decided by atat.report's predicates:
+    a table only when its specs can be fitted on the planned models)."""
+    from atat import report
+    from atat.stats.regression import expand_grids
+
+    config, runs = plan.config, list(plan.runs)
+    specs = expand_grids(plan.regressions)
+    cols = report.summary_columns(config)
+    by_name = {s["name"]: s for s in specs}
+
+    def fits(name: str | None) -> bool:
+        s = by_name.get(name) if name else None
+        return bool(s) and s["response"] in cols and report.spec_identifiable(s, config, runs)
+
+    out: dict[str, list[str]] = {}
+    out["regressions"] = (["results/stats/regressions.csv"] if any(
+        s["response"] in cols and report.spec_identifiable(s, config, runs) for s in specs)
+        else [])
+    for t in REGRESSION_TABLE_IDS:
+        out[f"table{t}"] = (table_files(f"table{t}") if report.regression_table_buildable(
+            t, config, specs, runs) else [])
+    cop = (plan.regressions.get("cost_of_privacy") or {}).get("spec")
+    out["cost_of_privacy"] = (["results/stats/cost_of_privacy.csv",
+                               "results/stats/cost_of_privacy.md"] if fits(cop) else [])
+    out["table21_22"] = (table_files("table21") + table_files("table22")
+                         if report.causal_buildable(config, plan.regressions) else [])
+    for t in MAIN_TABLE_IDS:
+        out[f"table{t}"] = (table_files(f"table{t}")
+                            if report.main_table_buildable(t, config, runs) else [])
+    out["figure2"] = (["results/figures/figure2_observed_vs_predicted.png"]
+                      if fits(FIGURE2_SPEC) else [])
+    out["figure4"] = (["results/figures/figure4_accuracy_vs_privacy.png"] if plan.attacks
+                      else [])
+    return out
+
+
+def _stats_targets(entry_id: str) -> Callable[[Plan], list[str]]:
+    return lambda plan: plan.stats_targets_by_entry[entry_id]
+
+
+REGRESSION_TABLE_IDS = ["5", "15", "16", "17", "18", "19", "20"]
+#: App. I.2/I.3 main-results tables (layouts: atat.tables.MAIN_TABLES).
+MAIN_TABLE_IDS = ["23", "24", "25", "26", "27", "28"]
+#: The specification whose fit Figure 2 draws (paper Fig. 2: PPA, generic, joint OLS).
+FIGURE2_SPEC = "T15_ppa_generic_joint_ols"
+#: Paper Table 5 = the joint OLS and Beta fits of Table 15 (atat.tables.regression_table).
+TABLE5_SPECS = ("T15_ppa_generic_joint_ols", "T15_ppa_generic_joint_beta")
+
+
+# ------------------------------------------------------------------------------ the registry
+@dataclass(frozen=True)
+class Output:
+    """One paper output (see the module docstring)."""
+
+    id: str
+    rule: str
+    stage: str
+    targets: Callable[[Plan], list[str]]
+    builder: str
+    caption: str = ""
+    labels: Mapping[str, str] = field(default_factory=dict)
+
+    def defense_labels(self) -> dict[str, str]:
+        return {**DEFENSE_LABELS, **self.labels}
+
+
+def _const(*files: str) -> Callable[[Plan], list[str]]:
+    return lambda plan: list(files)
+
+
+REGISTRY: list[Output] = [
+    # --- stage hsic (workflow/rules/hsic.smk)
+    Output("hsic", "measure_hsic", "hsic", lambda p: [hsic_file(r) for r in p.runs],
+           "atat.hsic_measure:measure_hsic"),
+    Output("table1", "hsic_table", "hsic", _hsic_table_targets("table1"),
+           "atat.tables:hsic_table", "Table 1: HSIC(X,Zj) for defenses on {cells}.",
+           labels={"bido_lx1e3": "BiDO**"}),
+    Output("table8", "hsic_table", "hsic", _hsic_table_targets("table8"),
+           "atat.tables:hsic_table",
+           "Table 8: HSIC(X,Zj) and HSIC(Y,Zj) of NoDef vs. BiDO with "
+           "(lambda x, lambda y) = (0.05, 0.5) on {cells}."),
+    Output("table9", "hsic_table", "hsic", _hsic_table_targets("table9"),
+           "atat.tables:hsic_table",
+           "Table 9: HSIC(X,Zj) for different BiDO hyperparameter variations, "
+           "with comparisons to NoDef, MID, and TL-DMI ({cells})."),
+    # --- stage inversion (workflow/rules/inversion.smk)
+    Output("inversion", "invert", "inversion", _inversion_targets,
+           "atat.inversion.run:run_inversion"),
+    Output("reconstructions", "figure_reconstructions", "inversion", _reconstruction_targets,
+           "atat.figures:reconstruction_grid"),
+    Output("table2", "table2", "inversion", _table2_targets, "atat.tables:table2"),
+    Output("table3", "table3", "inversion", _table3_targets, "atat.tables:table3"),
+    Output("figure1", "figure1", "inversion", _figure1_targets,
+           "atat.figures:unseen_pixels_figure"),
+    # --- stage tables (workflow/rules/tables.smk, summary.smk)
+    Output("summary", "summary", "summary", _const("results/summary.csv"),
+           "atat.summary:build_summary"),
+    Output("figure_robustness", "figure_robustness", "tables",
+           _const("results/figures/robust_accuracy_vs_eps.png"),
+           "atat.figures:robust_accuracy_vs_epsilon"),
+    Output("table4", "table4", "tables",
+           lambda p: table_files("table4") if table4_architecture(p) else [],
+           "atat.tables:table4"),
+    *[Output(f"table{n}", "robustness_table", "tables", _robustness_table_targets(n),
+             "atat.tables:robustness_table") for n in sorted(ROBUSTNESS_TABLES.values())],
+    Output("figure5", "figure5", "tables",
+           lambda p: ["results/figures/figure5_adversarial_examples.png"] if figure5_run(p)
+           else [], "atat.figures:adversarial_examples_figure"),
+    # --- stage stats (workflow/rules/stats.smk)
+    Output("regressions", "regressions", "stats", _stats_targets("regressions"),
+           "atat.stats.regression:fit_all"),
+    *[Output(f"table{t}", "regression_table", "stats", _stats_targets(f"table{t}"),
+             "atat.tables:regression_table") for t in REGRESSION_TABLE_IDS],
+    Output("cost_of_privacy", "cost_of_privacy", "stats", _stats_targets("cost_of_privacy"),
+           "atat.tables:cost_of_privacy_table"),
+    Output("table21_22", "causal_tables", "stats", _stats_targets("table21_22"),
+           "atat.tables:causal_tables"),
+    *[Output(f"table{t}", "main_results_table", "stats", _stats_targets(f"table{t}"),
+             "atat.tables:main_results_table") for t in MAIN_TABLE_IDS],
+    Output("figure2", "figure2", "stats", _stats_targets("figure2"),
+           "atat.figures:observed_vs_predicted"),
+    Output("figure4", "figure4", "stats", _stats_targets("figure4"),
+           "atat.figures:accuracy_vs_privacy"),
+]
+
+_BY_ID = {o.id: o for o in REGISTRY}
+if len(_BY_ID) != len(REGISTRY):  # pragma: no cover - a registry edit error
+    raise RuntimeError("atat.paper.REGISTRY: two entries share an id")
+
+
+def output(entry_id: str) -> Output:
+    try:
+        return _BY_ID[entry_id]
+    except KeyError:
+        raise KeyError(f"no paper output '{entry_id}' (known: {sorted(_BY_ID)})") from None
+
+
+def final_targets(plan: Plan, stage: str | None = None) -> list[str]:
+    """Every file of every entry (of one ``stage``) this plan builds, in registry order."""
+    targets: list[str] = []
+    seen: set[str] = set()
+    for o in REGISTRY:
+        if stage is not None and o.stage != stage:
+            continue
+        for t in o.targets(plan):
+            if t not in seen:
+                seen.add(t)
+                targets.append(t)
+    return targets
+
+
+def stats_targets(config: Mapping[str, Any], regressions: Mapping[str, Any],
+                  runs: Iterable[Any]) -> list[str]:
+    """Targets of workflow/rules/stats.smk that ``config`` can produce."""
+    return final_targets(Plan(config, list(runs), regressions), stage="stats")
+
+
+# ------------------------------------------------------------------------------ validation
+def check(config: Mapping[str, Any], regressions: Mapping[str, Any],
+          regressions_path: str = "config/regressions.yaml") -> None:
+    """Resolve every name the entries refer to; raise :class:`ConfigError` naming it
+    otherwise (a misspelt name would silently drop a row or a target). The config's own
+    name-valued keys (``tables.table4_architecture``, ``datasets.*.generator``...) are
+    checked by :func:`atat.config.validate_config`; this adds the registry's names:
+
+    * each defense name of a selection (HSIC row order, Tables 1/8/9) has a label here
+      (:data:`DEFENSE_LABELS`: the paper's catalogue), and each configured defense that
+      a selection names is of the kind the selection expects;
+    * the regression specifications of Table 5, Figure 2 and the cost of privacy
+      (:data:`TABLE5_SPECS`, :data:`FIGURE2_SPEC`, ``cost_of_privacy.spec``) exist in
+      ``config/regressions.yaml`` whenever the config runs model inversion.
+
+    Cheap (no torch, no statsmodels): runs on every DAG build."""
+    named = {"atat.paper.HSIC_ROW_ORDER": HSIC_ROW_ORDER,
+             "atat.paper.TABLE1_EXCLUDE": sorted(TABLE1_EXCLUDE),
+             "atat.paper.TABLE8_DEFENSES": TABLE8_DEFENSES,
+             "atat.paper.TABLE9_DEFENSES": TABLE9_DEFENSES,
+             "atat.paper.TABLE9_NEEDS": sorted(TABLE9_NEEDS)}
+    for o in REGISTRY:
+        named[f"atat.paper.REGISTRY[{o.id}].labels"] = list(o.labels)
+    for where, names in named.items():
+        unknown = [n for n in names if n not in DEFENSE_LABELS]
+        if unknown:
+            raise ConfigError(f"{where}: defense name(s) {unknown} have no label in "
+                              f"atat.paper.DEFENSE_LABELS (add one there)")
+    defenses = config.get("defenses") or {}
+    for name in TABLE8_DEFENSES + TABLE9_DEFENSES:
+        d = defenses.get(name)
+        if d is not None and d.get("type") != _NAMED_TYPES[name]:
+            raise ConfigError(f"invalid configuration: defenses.{name}: the HSIC tables "
+                              f"(paper Tables 8/9) read '{name}' as a {_NAMED_TYPES[name]} "
+                              f"model, but its type is '{d.get('type')}'")
+    if not inversion_attacks(config):
+        return  # the statistics entries need inversion leakage: they are not built
+    from atat.stats.regression import expand_grids
+
+    names = {s["name"] for s in expand_grids(regressions)}
+    wanted = {"Figure 2 (atat.paper.FIGURE2_SPEC)": [FIGURE2_SPEC],
+              "Table 5 (atat.paper.TABLE5_SPECS)": list(TABLE5_SPECS)}
+    cop = (regressions.get("cost_of_privacy") or {}).get("spec")
+    if cop is not None:
+        wanted["cost_of_privacy.spec"] = [cop]
+    for what, specs in wanted.items():
+        missing = [s for s in specs if s not in names]
+        if missing:
+            raise ConfigError(f"{regressions_path}: {what} names specification(s) {missing} "
+                              f"that the file does not define")
+
+
+#: The defense type each name of the Tables 8/9 selections stands for.
+_NAMED_TYPES = {"nodef": "nodef", "mid": "mid", "tldmi": "tldmi", "bido": "bido",
+                "bido_lx1e3": "bido", "bido_lx1e4": "bido"}

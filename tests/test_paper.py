@@ -1,0 +1,112 @@
+"""The registry of paper outputs (atat.paper, issue 15 item 1): the targets of `all`, the
+names its entries refer to, one label per defense."""
+
+from __future__ import annotations
+
+import copy
+import importlib
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from atat import paper, tables
+from atat.config import ConfigError, load_config, model_runs
+
+ROOT = Path(__file__).resolve().parents[1]
+RECORDED = json.loads((ROOT / "tests" / "data" / "all_targets.json").read_text())
+CONFIGS = {"config.yaml": ("config.yaml",), "config.yaml+demo.yaml": ("config.yaml", "demo.yaml")}
+
+
+def _regressions():
+    return yaml.safe_load((ROOT / "config" / "regressions.yaml").read_text())
+
+
+def _plan(key):
+    config = load_config(*(ROOT / "config" / f for f in CONFIGS[key]))
+    return paper.Plan(config, model_runs(config), _regressions())
+
+
+@pytest.mark.parametrize("key", sorted(CONFIGS))
+def test_final_targets_are_the_recorded_ones(key):
+    """The registry plans exactly what the rules files planned before it (recorded with
+    that code: 514 files for the paper config, 108 for the demo), in the same order."""
+    assert paper.final_targets(_plan(key)) == RECORDED[key]
+
+
+def test_every_entry_names_its_rule_and_an_existing_builder():
+    rules = "".join(p.read_text() for p in (ROOT / "workflow" / "rules").glob("*.smk"))
+    for o in paper.REGISTRY:
+        assert f"rule {o.rule}:" in rules, o.id
+        assert (ROOT / "workflow" / "rules" / f"{o.stage}.smk").exists(), o.id
+        module, func = o.builder.split(":")
+        assert callable(getattr(importlib.import_module(module), func)), o.builder
+
+
+def test_stage_targets_partition_the_final_targets():
+    plan = _plan("config.yaml")
+    stages = {o.stage for o in paper.REGISTRY}
+    by_stage = [t for s in stages for t in paper.final_targets(plan, s)]
+    assert sorted(by_stage) == sorted(paper.final_targets(plan))
+
+
+def test_one_label_per_defense_and_architecture():
+    assert tables.DEFENSE_LABELS is paper.DEFENSE_LABELS
+    assert tables.ARCH_LABELS is paper.ARCH_LABELS
+    import atat.hsic_measure as hm
+    assert not hasattr(hm, "HSIC_LABELS") and not hasattr(hm, "ARCH_LABELS")
+    # paper typography: Table 9's caption writes BiDO(.001,0); Table 1 calls it BiDO**
+    assert paper.output("table9").defense_labels()["bido_lx1e3"] == "BiDO(.001,0)"
+    assert paper.output("table1").defense_labels()["bido_lx1e3"] == "BiDO**"
+    assert paper.output("table4").defense_labels()["bido_lx1e4"] == "BiDO(.0001,0)"
+
+
+def test_table_ids_agree_with_the_builders_layouts():
+    assert paper.MAIN_TABLE_IDS == [str(n) for n in sorted(tables.MAIN_TABLES)]
+    assert {f"T{t}" for t in paper.REGRESSION_TABLE_IDS} == set(tables.REGRESSION_TABLES)
+    assert [o.id for o in paper.REGISTRY if o.rule == "hsic_table"] == tables.HSIC_TABLE_IDS
+
+
+def test_the_paper_and_demo_configs_pass_the_check():
+    for key in CONFIGS:
+        plan = _plan(key)
+        paper.check(plan.config, plan.regressions)
+
+
+def test_a_misspelt_spec_name_is_a_config_error():
+    plan = _plan("config.yaml")
+    reg = copy.deepcopy(_regressions())
+    reg["cost_of_privacy"]["spec"] = "T15_ppa_generic_joint_betta"
+    with pytest.raises(ConfigError, match=r"cost_of_privacy.spec.*T15_ppa_generic_joint_betta"):
+        paper.check(plan.config, reg, "config/regressions.yaml")
+    # without inversion no statistics entry is built, so its names are not read
+    no_inv = {**plan.config, "inversion": None}
+    paper.check(no_inv, reg)
+
+
+def test_a_registry_name_without_label_is_an_error(monkeypatch):
+    plan = _plan("config.yaml")
+    monkeypatch.setattr(paper, "TABLE9_DEFENSES", [*paper.TABLE9_DEFENSES, "bido_lx1e5"])
+    with pytest.raises(ConfigError, match=r"TABLE9_DEFENSES.*bido_lx1e5"):
+        paper.check(plan.config, plan.regressions)
+
+
+def test_a_selected_name_of_another_kind_is_a_config_error():
+    plan = _plan("config.yaml")
+    config = copy.deepcopy(dict(plan.config))
+    config["defenses"]["bido_lx1e3"]["type"] = "mid"
+    with pytest.raises(ConfigError, match=r"defenses.bido_lx1e3.*'mid'"):
+        paper.check(config, plan.regressions)
+
+
+def test_hsic_selection_of_the_paper_config():
+    plan = _plan("config.yaml")
+    t1, note = paper.hsic_table_runs(plan, "table1")
+    assert note is None
+    assert {(r.dataset, r.architecture) for r in t1} == {("facescrub", "resnet152")}
+    assert not {r.defense for r in t1} & paper.TABLE1_EXCLUDE
+    t9, _ = paper.hsic_table_runs(plan, "table9")
+    assert {r.architecture for r in t9} == set(paper.TABLE9_ARCHS)
+    with pytest.raises(ValueError, match="unknown HSIC table"):
+        paper.hsic_table_runs(plan, "table7")
