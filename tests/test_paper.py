@@ -44,6 +44,17 @@ def test_every_entry_names_its_rule_and_an_existing_builder():
         assert callable(getattr(importlib.import_module(module), func)), o.builder
 
 
+@pytest.mark.parametrize("key", sorted(CONFIGS))
+def test_no_two_entries_claim_a_file(key):
+    """The table rules share the pattern results/tables/table{n}.*, kept apart by wildcard
+    constraints that all come from here: an id built by two entries would make them clash."""
+    plan = _plan(key)
+    files = [t for o in paper.REGISTRY for t in o.targets(plan)]
+    assert len(files) == len(set(files))
+    ids = [o.id for o in paper.REGISTRY]
+    assert len(ids) == len(set(ids))
+
+
 def test_stage_targets_partition_the_final_targets():
     plan = _plan("config.yaml")
     stages = {o.stage for o in paper.REGISTRY}

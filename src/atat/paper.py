@@ -349,6 +349,28 @@ FIGURE2_SPEC = "T15_ppa_generic_joint_ols"
 TABLE5_SPECS = ("T15_ppa_generic_joint_ols", "T15_ppa_generic_joint_beta")
 
 
+#: Captions of the regression tables (paper Tables 5, 15-20; the builder adds the SE note).
+_REGRESSION_CAPTIONS = {
+    "5": "Table 5: OLS & Beta leakage (PPA AttAcc@1) regressions +-95% CI. OLS CIs use "
+         "small-sample t(n-k) with HC2 SEs; Beta uses Wald (+-1.96 SE) on the logit scale.",
+    "15": "Table 15: Linear (OLS) & Beta regressions quantifying the privacy-robustness "
+          "tradeoff for generic information dependency-based privacy defenses. Leakage "
+          "(response) is PPA AttAcc@1.",
+    "16": "Table 16: Linear (OLS) & Beta regressions for attack gradient suppressor defenses "
+          "(NegLS, RoLSS, RoLSS-SSF). Leakage (response) is PPA AttAcc@1.",
+    "17": "Table 17: Robustness checks: leakage regressions with Clean Accuracy x Dataset "
+          "(left) or Clean Accuracy x Architecture (right) interaction for generic "
+          "defenses. Leakage (response) is PPA AttAcc@1.",
+    "18": "Table 18: Linear (OLS) & Beta regressions for generic defenses. Leakage "
+          "(response) is IF-GMI AttAcc@1.",
+    "19": "Table 19: Linear (OLS) & Beta regressions for attack gradient suppressing "
+          "defenses (NegLS, RoLSS, RoLSS-SSF). Leakage (response) is IF-GMI AttAcc@1.",
+    "20": "Table 20: Robustness checks with Clean Accuracy x Dataset (left) or Clean "
+          "Accuracy x Architecture (right) interaction for generic defenses. Leakage "
+          "(response) is IF-GMI AttAcc@1.",
+}
+
+
 # ------------------------------------------------------------------------------ the registry
 @dataclass(frozen=True)
 class Output:
@@ -390,8 +412,13 @@ REGISTRY: list[Output] = [
            "atat.inversion.run:run_inversion"),
     Output("reconstructions", "figure_reconstructions", "inversion", _reconstruction_targets,
            "atat.figures:reconstruction_grid"),
-    Output("table2", "table2", "inversion", _table2_targets, "atat.tables:table2"),
-    Output("table3", "table3", "inversion", _table3_targets, "atat.tables:table3"),
+    Output("table2", "table2", "inversion", _table2_targets, "atat.tables:table2",
+           "Table 2: {attack} results with and without label permutation (train acc. on the "
+           "labels the model was fitted to; delta = squared L2 to the nearest training image "
+           "of the class; AttAcc@1 is not well-defined for permuted labels)."),
+    Output("table3", "table3", "inversion", _table3_targets, "atat.tables:table3",
+           "Table 3: Unseen-Pixels (trained on masked images; fraction of pixels kept shown) "
+           "vs. models trained on uncensored data under {attack}."),
     Output("figure1", "figure1", "inversion", _figure1_targets,
            "atat.figures:unseen_pixels_figure"),
     # --- stage tables (workflow/rules/tables.smk, summary.smk)
@@ -412,7 +439,8 @@ REGISTRY: list[Output] = [
     Output("regressions", "regressions", "stats", _stats_targets("regressions"),
            "atat.stats.regression:fit_all"),
     *[Output(f"table{t}", "regression_table", "stats", _stats_targets(f"table{t}"),
-             "atat.tables:regression_table") for t in REGRESSION_TABLE_IDS],
+             "atat.tables:regression_table", _REGRESSION_CAPTIONS[t])
+      for t in REGRESSION_TABLE_IDS],
     Output("cost_of_privacy", "cost_of_privacy", "stats", _stats_targets("cost_of_privacy"),
            "atat.tables:cost_of_privacy_table"),
     Output("table21_22", "causal_tables", "stats", _stats_targets("table21_22"),

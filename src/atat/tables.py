@@ -9,8 +9,8 @@ from typing import Any, Mapping, Sequence
 import pandas as pd
 
 from atat import io
-from atat.paper import (ARCH_LABELS, ATTACK_NAMES, DATASET_LABELS, DEFENSE_LABELS, output,
-                        robustness_table_number)
+from atat.paper import (ARCH_LABELS, ATTACK_NAMES, DATASET_LABELS, DEFENSE_LABELS,
+                        REGRESSION_TABLE_IDS, output, robustness_table_number)
 from atat.paper import label as _label
 from atat.summary import robust_column
 
@@ -192,10 +192,7 @@ def table2(summary_csv: str | Path, outputs: Sequence[str | Path], *,
     table = _rows_of(keep, {"true labels": true_labels, "permuted labels": permuted}, a, cols)
     if table.empty:
         raise ValueError("no permuted-label model in the summary")
-    write_table(table, outputs, f"Table 2: {a.upper()} results with and without label "
-                "permutation (train acc. on the labels the model was fitted to; delta = squared "
-                "L2 to the nearest training image of the class; AttAcc@1 is not well-defined "
-                "for permuted labels).")
+    write_table(table, outputs, output("table2").caption.format(attack=a.upper()))
     return table
 
 
@@ -214,8 +211,7 @@ def table3(summary_csv: str | Path, outputs: Sequence[str | Path], *,
     table = _rows_of(keep, roles, a, cols)
     if table.empty:
         raise ValueError("no Unseen-Pixels model in the summary")
-    write_table(table, outputs, f"Table 3: Unseen-Pixels (trained on masked images; fraction "
-                f"of pixels kept shown) vs. models trained on uncensored data under {a.upper()}.")
+    write_table(table, outputs, output("table3").caption.format(attack=a.upper()))
     return table
 
 
@@ -302,25 +298,8 @@ def precision_caption(df: pd.DataFrame, eps: float) -> str:
 # --------------------------------------------------------------------------- Tables 5, 15-20
 
 #: Which regression specs (config/regressions.yaml) go into which paper table.
-REGRESSION_TABLES = {
-    "T5": "Table 5: OLS & Beta leakage (PPA AttAcc@1) regressions +-95% CI. OLS CIs use "
-          "small-sample t(n-k) with HC2 SEs; Beta uses Wald (+-1.96 SE) on the logit scale.",
-    "T15": "Table 15: Linear (OLS) & Beta regressions quantifying the privacy-robustness "
-           "tradeoff for generic information dependency-based privacy defenses. Leakage "
-           "(response) is PPA AttAcc@1.",
-    "T16": "Table 16: Linear (OLS) & Beta regressions for attack gradient suppressor defenses "
-           "(NegLS, RoLSS, RoLSS-SSF). Leakage (response) is PPA AttAcc@1.",
-    "T17": "Table 17: Robustness checks: leakage regressions with Clean Accuracy x Dataset "
-           "(left) or Clean Accuracy x Architecture (right) interaction for generic "
-           "defenses. Leakage (response) is PPA AttAcc@1.",
-    "T18": "Table 18: Linear (OLS) & Beta regressions for generic defenses. Leakage "
-           "(response) is IF-GMI AttAcc@1.",
-    "T19": "Table 19: Linear (OLS) & Beta regressions for attack gradient suppressing "
-           "defenses (NegLS, RoLSS, RoLSS-SSF). Leakage (response) is IF-GMI AttAcc@1.",
-    "T20": "Table 20: Robustness checks with Clean Accuracy x Dataset (left) or Clean "
-           "Accuracy x Architecture (right) interaction for generic defenses. Leakage "
-           "(response) is IF-GMI AttAcc@1.",
-}
+#: Paper table ("T5", "T15"...) -> caption (from the registry, atat.paper).
+REGRESSION_TABLES = {f"T{t}": output(f"table{t}").caption for t in REGRESSION_TABLE_IDS}
 REGRESSION_NOTE = (" SEs in parentheses; OLS MacKinnon & White (HC2) small-sample robust SEs "
                    "in brackets; 95% interval below (OLS: t(n-k) with HC2; Beta: Wald z). "
                    "Test accuracy is clean; eps terms are AutoAttack robust accuracies "

@@ -167,7 +167,7 @@ def model_dir(run):
 
 
 def summary_models(wildcards):
-    """What rule summary reads: per model its metrics and one AutoAttack file per epsilon."""
+    """Inputs of the summary job per model: metrics and one AutoAttack file per epsilon."""
     return [
         dict(
             dataset=r.dataset,
