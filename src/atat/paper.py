@@ -4,7 +4,8 @@ Every output the workflow's ``all`` builds is an :class:`Output` of :data:`REGIS
 
 * ``id``       -- its name (``table1``, ``figure5``, ``hsic``...);
 * ``rule``     -- the Snakemake rule that builds it (``workflow/rules/<stage>.smk``);
-* ``stage``    -- the rules file of that rule (``hsic``, ``inversion``, ``tables``, ``stats``);
+* ``stage``    -- the rules file of that rule (``hsic``, ``inversion``, ``summary``,
+  ``tables``, ``stats``);
 * ``targets``  -- the selection: a function of the :class:`Plan` (config + planned models)
   returning the files this config can build (``[]`` = not built for this config: a table
   whose inputs the config lacks is never a target, and never a failing job);
@@ -12,7 +13,7 @@ Every output the workflow's ``all`` builds is an :class:`Output` of :data:`REGIS
 * ``caption``  -- the paper's caption (the builder adds what depends on the run: seeds,
   the attacks run, the attack precision...), empty where the builder composes it all;
 * ``labels``   -- row-label overrides of this output over :data:`DEFENSE_LABELS`
-  (paper Table 1 calls BiDO(.001,0) "BiDO**").
+  (paper Table 1 calls BiDO(.001,0) "BiDO**"; :meth:`Output.defense_labels`).
 
 ``workflow/rules/common.smk``'s ``all_targets()`` is :func:`final_targets` of the config's
 plan; the rules take their selections from here (:func:`hsic_table_runs`,
@@ -30,6 +31,13 @@ Adding an output (e.g. a regression table, a causal table, a dose-response figur
    others below; a new config/spec name it refers to goes into :func:`check`);
 3. give it a rule in its stage's rules file with the fixed output paths of ``targets``
    (a thin adapter in ``workflow/scripts/`` calling the builder). ``all`` picks it up.
+
+A further table of a kind that has its rule already (a regression table, a main-results
+table) is one place: its id in :data:`REGRESSION_TABLE_IDS` (with its caption in
+``_REGRESSION_CAPTIONS``) or :data:`MAIN_TABLE_IDS` (the rule's wildcard constraint and the
+builder read them from here), plus its specs in ``config/regressions.yaml`` or its layout in ``atat.tables.MAIN_TABLES``.
+``tests/data/all_targets.json`` records the targets of the paper and demo configs
+(``tests/test_paper.py``): update it with the new files.
 
 This module imports neither torch nor statsmodels (it runs while Snakemake builds the DAG;
 ``tests/test_config_memo.py``).
@@ -254,7 +262,7 @@ def _figure1_targets(plan: Plan) -> list[str]:
             for r in unseen_pixel_runs(plan)]
 
 
-# ------------------------------------------------------------------------------ Table 4, 11-14, Fig. 5
+# ------------------------------------------------------------------------ Table 4, 11-14, Fig. 5
 #: Paper App. F.4: one AutoAttack table per epsilon.
 ROBUSTNESS_TABLES = {0.031: 11, 0.0025: 12, 0.0005: 13, 1e-05: 14}
 
