@@ -372,3 +372,140 @@ def test_meaningless_magnitudes_are_rejected(demo, desc, path, value, words):
         validate_config(mutate(demo, path, value))
     for word in words:
         assert word in str(info.value), (word, str(info.value))
+
+
+# ------------------------------------------------------------------ docs review (issue 13 items
+# 15/16, "Config names are resolved up front"): each of these passed validation and failed
+# in a job (KeyError, ValueError, Snakemake "missing input") or dropped a target silently.
+def _public_classifier(cfg):
+    cfg["face_embedding"] = {"source": "public_classifier", "architecture": "resnet18",
+                             "resolution": 64, "training": {"epochs": 5, "lr_milestones": [3]}}
+    return cfg
+
+
+UP_FRONT_CASES = [
+    # item 1: keys the attacks read without a default
+    *[(f"ppa without {key}", ("inversion", "ppa", key), DELETE, ["inversion.ppa", key])
+      for key in ("candidates", "batch_size", "steps", "lr", "betas", "rrc_scale", "rrc_ratio",
+                  "final_selection")],
+    *[(f"ppdg without {key}", ("inversion", "ppdg", key), DELETE, ["inversion.ppdg", key])
+      for key in ("candidates", "batch_size", "steps", "lr", "betas", "rrc_scale", "rrc_ratio",
+                  "final_selection", "num_rounds", "measure", "num_inv_points", "tune_lr",
+                  "perceptual")],
+    *[(f"{attack} without candidates.{key}", ("inversion", attack, "candidates", key), DELETE,
+       [f"inversion.{attack}.candidates", key])
+      for attack in ("ppa", "ifgmi", "ppdg") for key in ("num_candidates", "search_space_size")],
+    *[(f"{attack} without final_selection.{key}", ("inversion", attack, "final_selection", key),
+       DELETE, [f"inversion.{attack}.final_selection", key])
+      for attack in ("ppa", "ppdg") for key in ("samples_per_target", "iterations")],
+    *[(f"ifgmi without {key}", ("inversion", "ifgmi", key), DELETE, ["inversion.ifgmi", key])
+      for key in ("candidates", "batch_size", "steps")],
+    # item 2: the evaluation model's flip is RandomHorizontalFlip's 0.5 or off
+    ("evaluation flip 0.3", ("evaluation_model", "augmentation", "flip"), 0.3,
+     ["evaluation_model.augmentation.flip"]),
+    ("evaluation flip 1", ("evaluation_model", "augmentation", "flip"), 1,
+     ["evaluation_model.augmentation.flip"]),
+    # item 3: the AutoAttack job's settings rule, before any job
+    ("autoattack settings group", ("autoattack", "settings"), {"apgd_ce": {"n_iter": 5}},
+     ["autoattack.settings", "apgd_ce"]),
+    ("autoattack settings key", ("autoattack", "settings"), {"apgd": {"n_queries": 5}},
+     ["autoattack.settings", "apgd.n_queries"]),
+    ("autoattack settings value", ("autoattack", "settings"), {"square": {"p_init": 2.0}},
+     ["autoattack.settings", "p_init"]),
+    ("autoattack settings integer", ("autoattack", "settings"), {"fab": {"n_iter": 2.5}},
+     ["autoattack.settings", "fab.n_iter"]),
+    ("autoattack settings with version standard", ("autoattack", "version"), "standard",
+     ["autoattack.settings", "version='custom'"]),
+    # item 4: one IF-GMI radius per stage
+    ("ifgmi max_radius_mid shorter than steps", ("inversion", "ifgmi", "max_radius_mid"),
+     [1000, 2000], ["inversion.ifgmi.max_radius_mid", "2 radii", "3 stages"]),
+    ("ifgmi max_radius_w shorter than steps", ("inversion", "ifgmi", "max_radius_w"), [1000],
+     ["inversion.ifgmi.max_radius_w", "1 radii", "3 stages"]),
+    ("ifgmi more stages than default radii", ("inversion", "ifgmi", "steps"), [5] * 9,
+     ["inversion.ifgmi.max_radius_mid", "9 stages"]),
+    # item 5: milestones of the auxiliary networks, as in training
+    ("evaluation model milestone beyond epochs", ("evaluation_model", "training",
+                                                  "lr_milestones"), [11, 15],
+     ["evaluation_model.training.lr_milestones", "epochs = 15"]),
+    ("face embedding milestone beyond epochs", ("face_embedding", "training", "lr_milestones"),
+     [20], ["face_embedding.training.lr_milestones", "epochs = 15"]),
+    ("evaluation model default milestones beyond epochs",
+     ("evaluation_model", "training"), {"epochs": 10},
+     ["evaluation_model.training.lr_milestones", "epochs = 10", "[75, 90]"]),
+    # item 9: a crop larger than the generator's images crops nothing
+    ("generator center crop 2000", ("generators", "synthfaces_public", "center_crop"), 2000,
+     ["generators.synthfaces_public.center_crop"]),
+    ("trained generator crop beyond its resolution",
+     ("generators", "synthfaces_public", "center_crop"), 64,
+     ["generators.synthfaces_public.center_crop", "32 px"]),
+]
+
+
+@pytest.mark.parametrize("desc,path,value,words", UP_FRONT_CASES,
+                         ids=[c[0] for c in UP_FRONT_CASES])
+def test_values_a_job_would_fail_on_are_rejected_up_front(demo, desc, path, value, words):
+    with pytest.raises(ConfigError) as info:
+        validate_config(mutate(demo, path, value))
+    for word in words:
+        assert word in str(info.value), (word, str(info.value))
+
+
+@pytest.mark.parametrize("desc,path,value", [
+    ("evaluation flip 0", ("evaluation_model", "augmentation", "flip"), 0),
+    ("evaluation flip 0.5", ("evaluation_model", "augmentation", "flip"), 0.5),
+    ("ppa override sets one key", ("inversion", "overrides"),
+     [{"when": {"architecture": "resnet18"}, "set": {"ppa": {"steps": 5}}}]),
+    ("ifgmi one radius per stage", ("inversion", "ifgmi"),
+     {"candidates": {"num_candidates": 10, "search_space_size": 100}, "batch_size": 5,
+      "steps": [5, 5], "max_radius_mid": [1, 2], "max_radius_w": [1, 2]}),
+    ("trained generator crop at its resolution",
+     ("generators", "synthfaces_public", "center_crop"), 32),
+])
+def test_the_new_checks_accept_what_the_jobs_accept(demo, desc, path, value):
+    validate_config(mutate(demo, path, value))
+
+
+PAPER_UP_FRONT_CASES = [
+    # item 6: the default Table 4 architecture must be trained, or the key set
+    ("no table4_architecture and no resnet152",
+     lambda c: (c.pop("tables"),
+                [cell.update(architectures=["resnet18"]) for cell in c["grid"]],
+                c["causal"].update(architecture="resnet18")),
+     ["tables.table4_architecture", "not set", "resnet152", "trained: ['resnet18']"]),
+    # item 7: nothing builds a public-classifier face embedding for a real face dataset
+    ("public classifier on a real face dataset", _public_classifier,
+     ["face_embedding.source", "public_classifier", "celeba", "facescrub"]),
+    # item 9: no StyleGAN2 resolution is above 1024
+    ("downloaded generator crop 2000",
+     lambda c: c["generators"]["ffhq"].update(center_crop=2000),
+     ["generators.ffhq.center_crop"]),
+]
+
+
+@pytest.mark.parametrize("desc,edit,words", PAPER_UP_FRONT_CASES,
+                         ids=[c[0] for c in PAPER_UP_FRONT_CASES])
+def test_paper_values_a_job_would_fail_on_are_rejected_up_front(desc, edit, words):
+    cfg = load_config(PAPER)
+    edit(cfg)
+    with pytest.raises(ConfigError) as info:
+        validate_config(cfg)
+    for word in words:
+        assert word in str(info.value), (word, str(info.value))
+
+
+def test_table4_default_is_fine_when_the_grid_trains_resnet152():
+    cfg = load_config(PAPER)
+    del cfg["tables"]
+    validate_config(cfg)
+
+
+def test_autoattack_job_and_config_share_one_settings_rule():
+    """robustness._check_arguments calls atat.config.check_autoattack_settings (one home)."""
+    from atat import config as config_module
+
+    robustness = (ROOT / "src" / "atat" / "robustness.py").read_text()
+    assert "check_autoattack_settings(settings, version)" in robustness
+    assert "_SETTING_KEYS" not in robustness
+    with pytest.raises(ValueError, match="unknown setting apgd.n_queries"):
+        config_module.check_autoattack_settings({"apgd": {"n_queries": 1}}, "custom")
+    assert config_module.check_autoattack_settings(None, "standard") == {}

@@ -569,3 +569,68 @@ def test_cost_of_privacy_from_beta_fit():
     pd.testing.assert_series_equal(cop["gamma"], cop2["gamma"])
     with pytest.raises(ValueError):
         cost_of_privacy(fit_spec(df, _spec()))
+
+
+# ------------------------------------------------------------------ config/regressions.yaml
+# is validated where it is loaded (issue 13, "Config names are resolved up front"): a typo is
+# an error naming the file and the key, never a regression table that silently disappears.
+def _edit_grids(cfg, **kw):
+    cfg["grids"][0].update(kw)
+
+
+REGRESSION_FILE_CASES = [
+    ("grid for grids", lambda c: c.update(grid=c.pop("grids")), ["grid", "unknown key"]),
+    ("unknown top-level key", lambda c: c.update(defults={}), ["defults"]),
+    ("unknown key in a grid entry", lambda c: _edit_grids(c, familes=["ols"]),
+     ["grids[0].familes"]),
+    ("unknown key in defaults", lambda c: c["defaults"].update(cov="HC3"), ["defaults.cov"]),
+    ("unknown key in a sample", lambda c: c["samples"]["generic"].update(defence=["mid"]),
+     ["samples.generic.defence"]),
+    ("unknown key in a spec", lambda c: c.update(specs=[{"name": "x", "response": "y",
+                                                         "regressors": ["a"], "famly": "ols"}]),
+     ["specs[0].famly"]),
+    ("unknown key in cost_of_privacy", lambda c: c["cost_of_privacy"].update(term=["a"]),
+     ["cost_of_privacy.term"]),
+    ("unknown key in causal", lambda c: c["causal"].update(treatmnt="t"), ["causal.treatmnt"]),
+    ("unknown sample", lambda c: _edit_grids(c, sample="generik"),
+     ["grids[0].sample", "generik"]),
+    ("unknown regressor set", lambda c: _edit_grids(c, regressor_sets=["joint", "robust"]),
+     ["grids[0].regressor_sets", "'robust'"]),
+    ("unknown table", lambda c: _edit_grids(c, table="T51"), ["grids[0].table", "T51"]),
+    ("unknown family", lambda c: _edit_grids(c, families=["ols", "logit"]),
+     ["grids[0].families", "logit"]),
+    ("grid without a response", lambda c: c["grids"][0].pop("response"),
+     ["grids[0]", "'response' is required"]),
+    ("cost of privacy names no spec", lambda c: c["cost_of_privacy"].update(spec="T15_x"),
+     ["cost_of_privacy.spec", "T15_x"]),
+]
+
+
+@pytest.mark.parametrize("desc,edit,words", REGRESSION_FILE_CASES,
+                         ids=[c[0] for c in REGRESSION_FILE_CASES])
+def test_regressions_file_is_validated_naming_file_and_key(tmp_path, desc, edit, words):
+    import yaml
+
+    from atat.config import ConfigError
+
+    cfg = yaml.safe_load(CONFIG.read_text())
+    edit(cfg)
+    path = tmp_path / "regressions.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    with pytest.raises(ConfigError) as info:
+        load_specs(path)
+    for word in [str(path), *words]:
+        assert word in str(info.value), (word, str(info.value))
+
+
+def test_regressions_file_structure_is_checked_at_dag_time_too():
+    """atat.paper.check expands the grids while Snakemake builds the DAG: the structural
+    checks run there (no table names: expand_grids also takes ad-hoc specs)."""
+    import yaml
+
+    from atat.config import ConfigError
+
+    cfg = yaml.safe_load(CONFIG.read_text())
+    cfg["grid"] = cfg.pop("grids")
+    with pytest.raises(ConfigError, match="config/regressions.yaml: grid: unknown key"):
+        expand_grids(cfg)

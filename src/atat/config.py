@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import math
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
@@ -150,9 +151,84 @@ def _check_semantics(config: Mapping[str, Any]) -> None:
     if any(m >= training["epochs"] for m in training["lr_milestones"]):
         raise ConfigError("invalid configuration: training.lr_milestones: every milestone must "
                           f"be < training.epochs = {training['epochs']}")
+    _check_auxiliary_milestones(config)
+    aa = config["autoattack"]
+    try:
+        check_autoattack_settings(aa.get("settings"), aa["version"])
+    except ValueError as exc:
+        raise ConfigError(f"invalid configuration: autoattack.settings: {exc}") from None
     _check_names(config)
     _check_early_stopping(config)
     _check_ranges(config)
+
+
+#: keys accepted in ``autoattack.settings`` (version "custom"), per group: the one home of
+#: the rule, used by :func:`validate_config` and by :mod:`atat.robustness` at job time.
+AUTOATTACK_SETTING_KEYS: dict[str, tuple[str, ...]] = {
+    "apgd": ("n_iter", "n_restarts", "rho", "eot_iter"),
+    "apgd_t": ("n_iter", "n_restarts", "n_target_classes", "rho", "eot_iter"),
+    "fab": ("n_iter", "n_restarts", "n_target_classes", "alpha_max", "eta", "beta"),
+    "square": ("n_queries", "p_init", "n_restarts"),
+}
+_AUTOATTACK_INT_KEYS = {"n_iter", "n_restarts", "n_target_classes", "eot_iter", "n_queries"}
+
+
+def check_autoattack_settings(settings: Mapping[str, Any] | None,
+                              version: str) -> dict[str, dict[str, Any]]:
+    """The sub-attack overrides of ``settings`` (groups and keys of
+    :data:`AUTOATTACK_SETTING_KEYS`, positive values), only allowed with version "custom";
+    ValueError otherwise. Torch-free: runs at DAG time and in the AutoAttack job."""
+    if settings is None:
+        out: dict[str, dict[str, Any]] = {}
+    elif not isinstance(settings, Mapping):
+        raise ValueError(f"settings must be a mapping, got {type(settings).__name__}")
+    else:
+        out = {}
+        for group, values in settings.items():
+            if group not in AUTOATTACK_SETTING_KEYS:
+                raise ValueError(f"unknown settings group {group!r} "
+                                 f"(allowed: {sorted(AUTOATTACK_SETTING_KEYS)})")
+            if not isinstance(values, Mapping):
+                raise ValueError(f"settings[{group!r}] must be a mapping")
+            for key, val in values.items():
+                if key not in AUTOATTACK_SETTING_KEYS[group]:
+                    raise ValueError(f"unknown setting {group}.{key} "
+                                     f"(allowed: {list(AUTOATTACK_SETTING_KEYS[group])})")
+                if key in _AUTOATTACK_INT_KEYS:
+                    if isinstance(val, bool) or not isinstance(val, int) or val < 1:
+                        raise ValueError(f"setting {group}.{key} must be an integer >= 1, "
+                                         f"got {val!r}")
+                elif isinstance(val, bool) or not isinstance(val, (int, float)) or not (
+                        math.isfinite(val) and val > 0):
+                    raise ValueError(f"setting {group}.{key} must be a positive number, "
+                                     f"got {val!r}")
+                if key == "p_init" and val > 1:
+                    raise ValueError(f"setting square.p_init must be in (0, 1], got {val!r}")
+            out[group] = dict(values)
+    if version == "standard" and out:
+        raise ValueError("settings are only allowed with version='custom' "
+                         "(version 'standard' uses AutoAttack's fixed hyper-parameters)")
+    return out
+
+
+def _check_auxiliary_milestones(config: Mapping[str, Any]) -> None:
+    """lr_milestones of the evaluation model / face embedding below their epochs (after the
+    job's defaults, atat.inversion.evaluation.EVAL_TRAINING_DEFAULTS), as in ``training``."""
+    sections = [(key, (config.get(key) or {}).get("training"))
+                for key in ("evaluation_model", "face_embedding")]
+    sections = [(k, t) for k, t in sections if t is not None]
+    if not sections:
+        return
+    # imported here: the module imports torch (validate_config already does, for defenses)
+    from atat.inversion.evaluation import EVAL_TRAINING_DEFAULTS
+
+    for key, training in sections:
+        recipe = {**EVAL_TRAINING_DEFAULTS, **dict(training)}
+        if any(m >= recipe["epochs"] for m in recipe["lr_milestones"]):
+            raise ConfigError(f"invalid configuration: {key}.training.lr_milestones: every "
+                              f"milestone must be < {key}.training.epochs = {recipe['epochs']} "
+                              f"(milestones {list(recipe['lr_milestones'])}; defaults from "
+                              "atat.inversion.evaluation.EVAL_TRAINING_DEFAULTS)")
 
 
 def _check_ranges(config: Mapping[str, Any]) -> None:
@@ -166,6 +242,11 @@ def _check_ranges(config: Mapping[str, Any]) -> None:
                               "0 < low <= high (a RandomResizedCrop scale range)")
 
 
+#: ``tables.table4_architecture`` when the config leaves it out (the paper's main
+#: architecture; atat.paper.main_architecture reads the same default).
+TABLE4_DEFAULT_ARCHITECTURE = "resnet152"
+
+
 def _check_names(config: Mapping[str, Any]) -> None:
     """Name-valued keys the checks above do not cover: each must name something that exists
     (a misspelt name would otherwise silently drop a table or a model)."""
@@ -176,12 +257,16 @@ def _check_names(config: Mapping[str, Any]) -> None:
             raise ConfigError(f"invalid configuration: datasets.{name}.generator: '{gen}' is not "
                               f"defined under 'generators' (defined: {sorted(generators)})")
     arch = (config.get("tables") or {}).get("table4_architecture")
-    if arch is not None:
-        trained = sorted({r.architecture for r in model_runs(config)})
-        if arch not in trained:
-            raise ConfigError(f"invalid configuration: tables.table4_architecture: '{arch}' is "
-                              f"not an architecture the grid trains (trained: {trained}); Table 4 "
-                              "and Figure 5 would be dropped")
+    trained = sorted({r.architecture for r in model_runs(config)})
+    if arch is None and TABLE4_DEFAULT_ARCHITECTURE not in trained:
+        raise ConfigError(f"invalid configuration: tables.table4_architecture: not set, and its "
+                          f"default '{TABLE4_DEFAULT_ARCHITECTURE}' is not an architecture the "
+                          f"grid trains (trained: {trained}); set it to one of them, or Table 4 "
+                          "and Figure 5 would be dropped")
+    if arch is not None and arch not in trained:
+        raise ConfigError(f"invalid configuration: tables.table4_architecture: '{arch}' is "
+                          f"not an architecture the grid trains (trained: {trained}); Table 4 "
+                          "and Figure 5 would be dropped")
     for where, training in _training_sections(config):
         target = training.get("stop_at_val_acc")
         if isinstance(target, str) and target not in config["defenses"]:
@@ -258,7 +343,26 @@ def _check_inversion(config: Mapping[str, Any]) -> None:
         if gen not in generators:
             raise ConfigError(f"invalid configuration: datasets.{name}.generator: '{gen}' is not "
                               f"defined under 'generators' (defined: {sorted(generators)})")
+    for name, gen in generators.items():
+        crop, train = gen.get("center_crop"), gen.get("train")
+        if crop is not None and train and train["dataset"] in datasets:
+            res = int(datasets[train["dataset"]]["resolution"])
+            if crop > res:
+                raise ConfigError(f"invalid configuration: generators.{name}.center_crop: {crop} "
+                                  f"is larger than the generator's {res} px images (the "
+                                  f"resolution of datasets.{train['dataset']}); a crop that "
+                                  "large crops nothing")
     face = config["face_embedding"]
+    if face["source"] == "public_classifier":
+        # rule train_face_embedding (workflow/rules/evaluation.smk) trains it on the public
+        # pool of a synthfaces dataset only; a real face dataset has no such pool
+        real = sorted(n for n in used if datasets[n].get("faces")
+                      and datasets[n]["source"] != "synthfaces")
+        if real:
+            raise ConfigError(f"invalid configuration: face_embedding.source: public_classifier "
+                              f"is trained on a synthfaces dataset's public pool only, but the "
+                              f"grid attacks the face dataset(s) {real} "
+                              f"(source {datasets[real[0]]['source']}); use source facenet")
     if face["source"] == "facenet" and "url" not in face:
         raise ConfigError("invalid configuration: face_embedding.url: required for source facenet")
     if face["source"] == "public_classifier" and "training" not in face:
@@ -295,6 +399,26 @@ def _check_inversion(config: Mapping[str, Any]) -> None:
             if cands > params["candidates"]["search_space_size"]:
                 raise ConfigError(f"invalid configuration: {where}: candidates.num_candidates "
                                   f"{cands} > search_space_size")
+            if attack == "ifgmi":
+                _check_ifgmi_radii(params, where)
+
+
+def _check_ifgmi_radii(params: Mapping[str, Any], where: str) -> None:
+    """One max_radius_mid / max_radius_w per IF-GMI stage (``steps``), after the spec
+    defaults of keys the config leaves out (atat.inversion.ifgmi.ifgmi_settings)."""
+    # imported here: the module imports torch (validate_config already does, for defenses)
+    from atat.inversion.ifgmi import ifgmi_settings
+
+    settings = ifgmi_settings(params)
+    n = len(settings["steps"])
+    for key in ("max_radius_mid", "max_radius_w"):
+        radii = settings[key]
+        if len(radii) < n:
+            given = "given" if params.get(key) is not None else "default"
+            raise ConfigError(f"invalid configuration: {where}: inversion.ifgmi.{key}: "
+                              f"{len(radii)} radii ({given}) for {n} stages (steps = "
+                              f"{settings['steps']}); give one radius per stage (0 = "
+                              "unconstrained)")
 
 
 def n_classes(config: Mapping[str, Any], dataset: str) -> int:

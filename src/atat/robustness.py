@@ -84,7 +84,7 @@ import torch
 from torch import Tensor, nn
 
 from atat import io
-from atat.config import eps_tag
+from atat.config import check_autoattack_settings, eps_tag
 from atat.data.loading import make_loader
 from atat.precision import (DEFAULT_PRECISION, PRECISIONS, attack_precision, check_precision,
                             no_tf32, tf32_active)
@@ -99,15 +99,6 @@ STANDARD_ATTACKS: tuple[str, ...] = ("apgd-ce", "apgd-t", "fab-t", "square")
 KNOWN_ATTACKS: tuple[str, ...] = ("apgd-ce", "apgd-t", "fab-t", "square", "apgd-dlr", "fab")
 #: the paper's budgets (App. F.3), L∞ in [0, 1] pixel units
 PAPER_EPSILONS: tuple[float, ...] = (0.031, 0.0025, 0.0005, 1e-5)
-
-#: keys accepted in ``settings`` for version "custom", per group
-_SETTING_KEYS: dict[str, tuple[str, ...]] = {
-    "apgd": ("n_iter", "n_restarts", "rho", "eot_iter"),
-    "apgd_t": ("n_iter", "n_restarts", "n_target_classes", "rho", "eot_iter"),
-    "fab": ("n_iter", "n_restarts", "n_target_classes", "alpha_max", "eta", "beta"),
-    "square": ("n_queries", "p_init", "n_restarts"),
-}
-_INT_KEYS = {"n_iter", "n_restarts", "n_target_classes", "eot_iter", "n_queries"}
 
 #: cheapest configuration that still runs all four attacks (CPU demo). Measured with 1 torch
 #: thread on the shared 2-core machine, torchvision resnet18 (20 classes) at 64x64, every
@@ -252,33 +243,6 @@ def _read_settings(adversary: Any, obj_name: str) -> dict[str, Any]:
             if hasattr(obj, f)}
 
 
-def _validate_settings(settings: Mapping[str, Any] | None) -> dict[str, dict[str, Any]]:
-    if settings is None:
-        return {}
-    if not isinstance(settings, Mapping):
-        raise ValueError(f"settings must be a mapping, got {type(settings).__name__}")
-    out: dict[str, dict[str, Any]] = {}
-    for group, values in settings.items():
-        if group not in _SETTING_KEYS:
-            raise ValueError(f"unknown settings group {group!r} (allowed: {sorted(_SETTING_KEYS)})")
-        if not isinstance(values, Mapping):
-            raise ValueError(f"settings[{group!r}] must be a mapping")
-        for key, val in values.items():
-            if key not in _SETTING_KEYS[group]:
-                raise ValueError(f"unknown setting {group}.{key} "
-                                 f"(allowed: {list(_SETTING_KEYS[group])})")
-            if key in _INT_KEYS:
-                if isinstance(val, bool) or not isinstance(val, int) or val < 1:
-                    raise ValueError(f"setting {group}.{key} must be an integer >= 1, got {val!r}")
-            elif isinstance(val, bool) or not isinstance(val, (int, float)) or not (
-                    math.isfinite(val) and val > 0):
-                raise ValueError(f"setting {group}.{key} must be a positive number, got {val!r}")
-            if key == "p_init" and val > 1:
-                raise ValueError(f"setting square.p_init must be in (0, 1], got {val!r}")
-        out[group] = dict(values)
-    return out
-
-
 def _validate_inputs(x01: Tensor, y: Tensor, epsilon: float, attacks: Sequence[str],
                      version: str, batch_size: int) -> None:
     if isinstance(epsilon, bool) or not isinstance(epsilon, (int, float)) or not (
@@ -334,10 +298,8 @@ def _check_arguments(x01: Tensor, y: Tensor, epsilon: float, attacks: Sequence[s
     if library_checks not in ("once", "every_attack"):
         raise ValueError(f"library_checks must be 'once' or 'every_attack', "
                          f"got {library_checks!r}")
-    overrides = _validate_settings(settings)
-    if version == "standard" and overrides:
-        raise ValueError("settings are only allowed with version='custom' "
-                         "(version 'standard' uses AutoAttack's fixed hyper-parameters)")
+    # the same check as validate_config's (autoattack.settings), at job time for direct calls
+    overrides = check_autoattack_settings(settings, version)
     return attacks, precision, overrides
 
 

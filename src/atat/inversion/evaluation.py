@@ -202,9 +202,9 @@ class _CrossEntropy:
 
 def _recipe(training: Mapping[str, Any] | None) -> dict[str, Any]:
     p = {**EVAL_TRAINING_DEFAULTS, **dict(training or {})}
-    if any(m >= p["epochs"] for m in p["lr_milestones"]):
-        log.warning("lr milestones %s not below epochs %d: the later ones never apply",
-                    p["lr_milestones"], p["epochs"])
+    if any(m >= p["epochs"] for m in p["lr_milestones"]):  # validate_config says which key
+        raise ValueError(f"training.lr_milestones {p['lr_milestones']}: every milestone must "
+                         f"be < epochs = {p['epochs']}")
     return p
 
 

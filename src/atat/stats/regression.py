@@ -56,6 +56,7 @@ __all__ = [
     "TIDY_COLUMNS",
     "SpecSkipped",
     "load_specs",
+    "check_regressions",
     "expand_grids",
     "select_sample",
     "build_design",
@@ -145,7 +146,87 @@ def _norm_spec(spec: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-def expand_grids(config: Mapping[str, Any]) -> list[dict[str, Any]]:
+#: Keys of one specification (an entry of ``specs``, or ``defaults``).
+SPEC_KEYS = ("name", "response", "regressors", "sample_name", "regressor_set", *DEFAULTS)
+#: Keys of a ``grids`` entry: its own, plus spec options copied into every spec it yields.
+GRID_KEYS = ("table", "response", "response_label", "sample", "families", "regressor_sets",
+             "controls", *(k for k in DEFAULTS if k not in ("family", "controls", "sample")))
+#: Top-level keys of config/regressions.yaml and the keys of its fixed-form sections.
+FILE_KEYS = {"defaults": None, "samples": None, "regressor_sets": None, "grids": None,
+             "specs": None, "cost_of_privacy": ("spec", "terms"),
+             "causal": ("sample", "treatment", "beta_responses", "ols_responses")}
+
+
+def check_regressions(config: Mapping[str, Any], path: str | Path = "config/regressions.yaml",
+                      tables: Iterable[str] | None = None) -> None:
+    """Structure of a regressions file (``config/regressions.yaml``): unknown keys at the
+    top level, in ``defaults``, a sample, a grid entry, a spec, ``cost_of_privacy`` or
+    ``causal`` are errors (a typo such as ``grid:`` for ``grids:`` would silently give no
+    regression table), and every sample, regressor set, spec (``cost_of_privacy.spec``) and,
+    when ``tables`` is given, grid ``table`` named must exist.  Raises
+    :class:`atat.config.ConfigError` naming ``path`` and the key.  No statsmodels/torch."""
+    from atat.config import ConfigError
+
+    def fail(key: str, msg: str) -> None:
+        raise ConfigError(f"{path}: {key}: {msg}")
+
+    def unknown(section: Any, allowed: Iterable[str], key: str) -> None:
+        if not isinstance(section, Mapping):
+            fail(key, f"must be a mapping, got {type(section).__name__}")
+        bad = sorted(set(section) - set(allowed))
+        if bad:
+            fail(f"{key}.{bad[0]}" if key else bad[0],
+                 f"unknown key (allowed: {sorted(allowed)})")
+
+    if not isinstance(config, Mapping):
+        fail("<top level>", "must be a mapping")
+    unknown(config, FILE_KEYS, "")
+    for key, allowed in FILE_KEYS.items():
+        if allowed is not None and config.get(key) is not None:
+            unknown(config[key], allowed, key)
+    unknown(config.get("defaults") or {}, SPEC_KEYS, "defaults")
+    samples = config.get("samples") or {}
+    unknown(samples, samples, "samples")  # a mapping of names
+    for name, sample in samples.items():
+        unknown(sample or {}, SAMPLE_KEYS, f"samples.{name}")
+    regsets = config.get("regressor_sets") or {}
+    unknown(regsets, regsets, "regressor_sets")
+    for name, rs in regsets.items():
+        if isinstance(rs, Mapping) and (set(rs) - set(REGSET_KEYS) or "regressors" not in rs):
+            fail(f"regressor_sets.{name}", f"regressor set '{name}': needs 'regressors', may "
+                                           f"have {REGSET_KEYS[1:]}; got {sorted(rs)}")
+    known_tables = None if tables is None else sorted(tables)
+    for i, grid in enumerate(config.get("grids") or []):
+        key = f"grids[{i}]"
+        unknown(grid, GRID_KEYS, key)
+        for req in ("table", "response", "sample", "regressor_sets"):
+            if req not in grid:
+                fail(key, f"'{req}' is required")
+        if grid["sample"] not in samples:
+            fail(f"{key}.sample", f"'{grid['sample']}' is not defined under 'samples' "
+                                  f"(defined: {sorted(samples)})")
+        for rs in grid["regressor_sets"]:
+            if rs not in regsets:
+                fail(f"{key}.regressor_sets", f"'{rs}' is not defined under 'regressor_sets' "
+                                              f"(defined: {sorted(regsets)})")
+        for fam in grid.get("families", FAMILIES):
+            if fam not in FAMILIES:
+                fail(f"{key}.families", f"'{fam}' is not one of {list(FAMILIES)}")
+        for ctl in grid.get("controls", ["none"]):
+            if ctl not in CONTROLS:
+                fail(f"{key}.controls", f"'{ctl}' is not one of {sorted(CONTROLS)}")
+        if known_tables is not None and grid["table"] not in known_tables:
+            fail(f"{key}.table", f"'{grid['table']}' is not a regression table "
+                                 f"(known: {known_tables})")
+    for i, spec in enumerate(config.get("specs") or []):
+        unknown(spec, SPEC_KEYS, f"specs[{i}]")
+        if known_tables is not None and spec.get("table") and spec["table"] not in known_tables:
+            fail(f"specs[{i}].table", f"'{spec['table']}' is not a regression table "
+                                      f"(known: {known_tables})")
+
+
+def expand_grids(config: Mapping[str, Any],
+                 path: str | Path = "config/regressions.yaml") -> list[dict[str, Any]]:
     """Expand a regressions config (see ``config/regressions.yaml``) into explicit specs.
 
     The config may hold ``specs`` (explicit list) and/or ``grids``; a grid entry names a
@@ -155,6 +236,7 @@ def expand_grids(config: Mapping[str, Any]) -> list[dict[str, Any]]:
     mapping ``{regressors: [...], interaction_main_effects: bool}`` (the form of the
     control's interaction that goes with it, e.g. Tables 17/20's ``acc + acc:factor``).
     """
+    check_regressions(config, path)
     defaults = dict(config.get("defaults") or {})
     samples = dict(config.get("samples") or {})
     regsets = dict(config.get("regressor_sets") or {})
@@ -201,6 +283,12 @@ def expand_grids(config: Mapping[str, Any]) -> list[dict[str, Any]]:
     dup = sorted({n for n in names if names.count(n) > 1})
     if dup:
         raise ValueError(f"duplicate specification names: {dup}")
+    cop = (config.get("cost_of_privacy") or {}).get("spec")
+    if cop is not None and cop not in names:
+        from atat.config import ConfigError
+
+        raise ConfigError(f"{path}: cost_of_privacy.spec: '{cop}' is not a specification the "
+                          "file defines")
     return [_norm_spec(s) for s in specs]
 
 
@@ -208,9 +296,12 @@ def load_specs(path: str | Path) -> list[dict[str, Any]]:
     """Read a regressions YAML file and return the explicit list of specifications."""
     import yaml
 
+    from atat.tables import REGRESSION_TABLES
+
     with open(path) as fh:
-        config = yaml.safe_load(fh)
-    return expand_grids(config)
+        config = yaml.safe_load(fh) or {}
+    check_regressions(config, path, tables=REGRESSION_TABLES)
+    return expand_grids(config, path)
 
 
 # --------------------------------------------------------------------------- data
