@@ -1,6 +1,6 @@
 # Two entry points on a fresh machine (Python 3.11 with venv):
 #   make demo   - create .venv, install, run the whole workflow on the embedded default
-#   make test   - create .venv, install, run the test suite
+#   make test   - create .venv, install, run the fast test tier (make test-all: everything)
 PYTHON ?= python3.11
 VENV := .venv
 CORES ?= 2
@@ -11,13 +11,21 @@ $(VENV)/.installed: pyproject.toml
 	$(VENV)/bin/pip install --quiet -e .
 	touch $@
 
-.PHONY: venv demo test test-paper-shapes dry-run-paper bench
+.PHONY: venv demo test test-all test-paper-shapes dry-run-paper bench
 venv: $(VENV)/.installed
 
 demo: venv
 	$(VENV)/bin/snakemake all --configfile config/demo.yaml --cores $(CORES) --keep-going --rerun-incomplete --show-failed-logs --logger rich --set-threads train_model=1 autoattack=1 invert=1 measure_hsic=1 train_generator=1 train_evaluation_model=1 train_face_embedding=1
 
+# Test tiers: `make test` is the fast tier (unit and component tests, no Snakemake run;
+# goal < 10 min on 2 cores); `make test-all` is everything: also the end-to-end Snakemake runs
+# (marker slow), the real one-node SLURM cluster (slurm) and the paper-shapes tier
+# (paper_shapes). CI (.ci/run) runs test-all.
+FAST := not slow and not slurm and not paper_shapes
 test: venv
+	$(VENV)/bin/python -m pytest -q -m "$(FAST)"
+
+test-all: venv
 	$(VENV)/bin/python -m pytest -q
 
 # The paper config's rules at the paper's shapes (224/299/1024 px, real architectures and
