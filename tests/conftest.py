@@ -12,12 +12,6 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
 
-def pytest_configure(config):
-    config.addinivalue_line(
-        "markers", "paper_shapes: the paper config's rules at the paper's real shapes on CPU with "
-        "random weights and fabricated data (tests/test_paper_shapes.py; make test-paper-shapes)")
-
-
 @pytest.fixture(autouse=True)
 def _threads():
     torch.set_num_threads(1)  # small convolutions: 1 thread is faster on 2 cores

@@ -54,7 +54,7 @@ from atat.weights_table import torchvision_weights_filename
 ROOT = Path(__file__).resolve().parents[1]
 OVERLAY = ROOT / ".test" / "paper-shapes" / "config.yaml"
 
-pytestmark = pytest.mark.paper_shapes
+pytestmark = [pytest.mark.paper_shapes, pytest.mark.slow]
 
 # StyleGAN2-ADA's official network configurations (NVIDIA's train.py cfg 'stylegan2' for FFHQ
 # 1024 px, 'paper512' for AFHQ-Dog 512 px): mapping 8 layers, channel_base 32768, 4 fp16 blocks,
