@@ -572,6 +572,9 @@ def run_split_attack(attack: str, params: Mapping[str, Any], nets: Mapping[str, 
     patches = []
     for mod in (ppa, ifgmi, ppdg):
         patches.append(_patched(mod, "attack_transform", transform(core.attack_transform)))
+    # where the attacks look the candidate search up: core (initial_latents, PPA and IF-GMI)
+    # and PPDG's own rounds
+    for mod in (core, ppdg):
         patches.append(_patched(mod, "candidate_search",
                                 phase(core.candidate_search, "candidate_search")))
     for mod in (ppa, ppdg):
