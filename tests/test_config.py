@@ -314,7 +314,7 @@ MAGNITUDE_CASES = [
     # item 16: values outside what is meaningful stop before any job
     ("AT-AT epsilon beyond the input range", ("defenses", "atat", "epsilon"), 5.0,
      ["defenses.atat.epsilon", "<= 2"]),
-    ("AT-AT step larger than epsilon", ("defenses", "atat", "step_size"), 0.001,
+    ("AT-AT step larger than epsilon", ("defenses", "atat", "step_size"), 0.05,   # demo epsilon 0.0245
      ["defenses.atat.step_size", "larger than epsilon"]),
     ("AT-AT negative weight", ("defenses", "atat", "weight_adv"), -0.08,
      ["defenses.atat.weight_adv"]),

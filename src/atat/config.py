@@ -213,14 +213,14 @@ def check_autoattack_settings(settings: Mapping[str, Any] | None,
 
 def _check_auxiliary_milestones(config: Mapping[str, Any]) -> None:
     """lr_milestones of the evaluation model / face embedding below their epochs (after the
-    job's defaults, atat.inversion.evaluation.EVAL_TRAINING_DEFAULTS), as in ``training``."""
+    job's defaults, atat.inversion_defaults.EVAL_TRAINING_DEFAULTS), as in ``training``."""
     sections = [(key, (config.get(key) or {}).get("training"))
                 for key in ("evaluation_model", "face_embedding")]
     sections = [(k, t) for k, t in sections if t is not None]
     if not sections:
         return
     # imported here: the module imports torch (validate_config already does, for defenses)
-    from atat.inversion.evaluation import EVAL_TRAINING_DEFAULTS
+    from atat.inversion_defaults import EVAL_TRAINING_DEFAULTS
 
     for key, training in sections:
         recipe = {**EVAL_TRAINING_DEFAULTS, **dict(training)}
@@ -228,7 +228,7 @@ def _check_auxiliary_milestones(config: Mapping[str, Any]) -> None:
             raise ConfigError(f"invalid configuration: {key}.training.lr_milestones: every "
                               f"milestone must be < {key}.training.epochs = {recipe['epochs']} "
                               f"(milestones {list(recipe['lr_milestones'])}; defaults from "
-                              "atat.inversion.evaluation.EVAL_TRAINING_DEFAULTS)")
+                              "atat.inversion_defaults.EVAL_TRAINING_DEFAULTS)")
 
 
 def _check_ranges(config: Mapping[str, Any]) -> None:
@@ -405,9 +405,9 @@ def _check_inversion(config: Mapping[str, Any]) -> None:
 
 def _check_ifgmi_radii(params: Mapping[str, Any], where: str) -> None:
     """One max_radius_mid / max_radius_w per IF-GMI stage (``steps``), after the spec
-    defaults of keys the config leaves out (atat.inversion.ifgmi.ifgmi_settings)."""
+    defaults of keys the config leaves out (atat.inversion_defaults.ifgmi_settings)."""
     # imported here: the module imports torch (validate_config already does, for defenses)
-    from atat.inversion.ifgmi import ifgmi_settings
+    from atat.inversion_defaults import ifgmi_settings
 
     settings = ifgmi_settings(params)
     n = len(settings["steps"])

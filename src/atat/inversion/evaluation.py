@@ -34,6 +34,7 @@ from torch.utils.data import DataLoader, Subset
 from atat import io
 from atat.data.loading import ManifestDataset, build_transform, make_loader
 from atat.data.manifest import read_meta
+from atat.inversion_defaults import EVAL_TRAINING_DEFAULTS
 from atat.defenses import StepContext
 from atat.models import Classifier, build_model
 from atat.train import evaluate, fingerprint, seed_everything, versions
@@ -57,13 +58,6 @@ __all__ = [
 
 FORMAT_VERSION = 1
 FEATURE_DIM = 2048
-#: spec §5.2 recipe (REP classifier config); config values are merged over these.
-EVAL_TRAINING_DEFAULTS: dict[str, Any] = {
-    "epochs": 100, "lr": 1e-3, "betas": [0.9, 0.999], "batch_size": 128,
-    "lr_milestones": [75, 90], "lr_gamma": 0.1, "eval_every": 5,
-    # resume file after every epoch (atat.train.fit); it does not change the model
-    "checkpoint_every": 1,
-}
 #: share of each public identity's images held out to validate the demo face embedding
 FACE_HOLDOUT_FRACTION = 0.1
 

@@ -34,6 +34,7 @@ from torch import nn
 
 from atat import io
 from atat.precision import no_tf32
+from atat.inversion_defaults import IFGMI_CANDIDATE_DEFAULTS, IFGMI_DEFAULTS, ifgmi_settings
 from atat.progress import track  # one log line per batch, with ETA
 
 from .core import (
@@ -48,19 +49,10 @@ from .core import (
 
 __all__ = ["DEFAULTS", "ifgmi_settings", "l1_ball_projection", "optimize_stage", "run_ifgmi"]
 
-#: Values of spec §3.3 ([REP] if_gmi.yaml, FaceScrub) used for keys a config leaves out.
-DEFAULTS: dict[str, Any] = {
-    "lr": 0.005,
-    "betas": [0.1, 0.1],
-    "loss": "poincare",
-    "rrc_scale": [0.9, 1.0],
-    "rrc_ratio": [1.0, 1.0],
-    "max_radius_mid": [1000, 2000, 3000, 4000, 5000, 6000, 8000, 8000],
-    "max_radius_w": [1000, 2000, 3000, 4000, 5000, 6000, 8000, 8000],
-}
-CANDIDATE_DEFAULTS: dict[str, Any] = {
-    "horizontal_flip": True, "batch_size": 20, "truncation_psi": 0.5, "truncation_cutoff": 8,
-}
+#: Values of spec §3.3 ([REP] if_gmi.yaml, FaceScrub) used for keys a config leaves out: one
+#: copy in the torch-free atat.inversion_defaults, which atat.config's checks read too.
+DEFAULTS = IFGMI_DEFAULTS
+CANDIDATE_DEFAULTS = IFGMI_CANDIDATE_DEFAULTS
 
 SELECTION_NOTE = ("IF-GMI: the reported stage is the one with the highest evaluation-model "
                   "Acc@1 over all candidates' stage images (no final selection), as in the "
@@ -154,16 +146,6 @@ def optimize_stage(G: nn.Module, target_model: nn.Module, w: torch.Tensor,
 
 
 # ------------------------------------------------------------------ settings
-def ifgmi_settings(params: Mapping[str, Any]) -> dict[str, Any]:
-    """``params`` with the spec §3.3 defaults filled in for missing keys (e.g. the demo
-    config names only candidates/batch_size/steps)."""
-    out = {**DEFAULTS, **{k: v for k, v in params.items() if v is not None or k not in DEFAULTS}}
-    out["candidates"] = {**CANDIDATE_DEFAULTS, **dict(params.get("candidates") or {})}
-    steps = params["steps"]
-    out["steps"] = [int(s) for s in (steps if isinstance(steps, (list, tuple)) else [steps])]
-    return out
-
-
 def _radius(radii: Sequence[float], stage: int, name: str) -> float:
     if stage >= len(radii):
         raise ValueError(f"IF-GMI stage {stage} has no {name} radius ({name} lists "
