@@ -222,6 +222,20 @@ def section3_roles(config: Mapping[str, Any]) -> dict[str, list[str]]:
     }
 
 
+def precondition_roles(config: Mapping[str, Any]) -> dict[str, list[str]]:
+    """The experiments whose preconditions :mod:`atat.preconditions` checks (issue 17):
+    experiment label -> defense names (AT-AT: every defense of type ``atat``)."""
+    return {"AT-AT": _defenses_where(config, lambda d: d["type"] == "atat"),
+            "permuted labels": permuted_defenses(config),
+            "Unseen-Pixels": section3_roles(config)["Unseen-Pixels"]}
+
+
+def _preconditions_targets(plan: Plan) -> list[str]:
+    checked = {d for names in precondition_roles(plan.config).values() for d in names}
+    return ([f"results/tables/preconditions.{e}" for e in ("csv", "md")]
+            if checked & {r.defense for r in plan.runs} else [])
+
+
 def unseen_pixel_runs(plan: Plan) -> list[Any]:
     """The Unseen-Pixels models of Fig. 1 (first seed, no replicate)."""
     names = set(section3_roles(plan.config)["Unseen-Pixels"])
@@ -440,6 +454,12 @@ REGISTRY: list[Output] = [
            "atat.tables:table4"),
     *[Output(f"table{n}", "robustness_table", "tables", _robustness_table_targets(n),
              "atat.tables:robustness_table") for n in sorted(ROBUSTNESS_TABLES.values())],
+    Output("preconditions", "preconditions", "tables", _preconditions_targets,
+           "atat.preconditions:preconditions_table",
+           "Preconditions of the experiments (issue 17): AT-AT's training PGD success and "
+           "robust-accuracy gap to NoDef, the permuted-label models' training accuracy, "
+           "Unseen-Pixels' kept pixels and test accuracy vs. NoDef. passed = False: the "
+           "experiment is not in the paper's regime."),
     Output("figure5", "figure5", "tables",
            lambda p: ["results/figures/figure5_adversarial_examples.png"] if figure5_run(p)
            else [], "atat.figures:adversarial_examples_figure"),

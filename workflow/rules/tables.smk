@@ -1,6 +1,6 @@
 # Stage 8: paper tables (CSV + Markdown + LaTeX) and figures, from results/summary.csv only.
 # Which tables this config builds and what goes into them: atat.paper (entries table4,
-# table11-14, figure_robustness, figure5).
+# table11-14, figure_robustness, figure5, preconditions).
 
 ROBUSTNESS_TABLE_EPS = robustness_table_eps(config)  # Tables 11-14 (App. F.4): number -> eps
 
@@ -33,6 +33,35 @@ rule table4:
         "../../envs/stats.yaml"
     script:
         "../scripts/table4.py"
+
+
+rule preconditions:
+    input:
+        summary="results/summary.csv",
+        metrics=[f"{model_dir(r)}/metrics.json" for r in RUNS],
+    output:
+        report(
+            "results/tables/preconditions.csv",
+            caption="../report/preconditions.rst",
+            category="Tables",
+            subcategory="Preconditions",
+            labels={"table": "preconditions"},
+        ),
+        "results/tables/preconditions.md",
+    params:
+        metrics={r.path: f"{model_dir(r)}/metrics.json" for r in RUNS},
+    log:
+        "logs/tables/preconditions.log",
+    benchmark:
+        "benchmarks/tables/preconditions.tsv"
+    threads: 1
+    resources:
+        mem_mb=3000,  # each job imports torch (~1 GB per Snakemake process)
+        runtime=10,
+    conda:
+        "../../envs/stats.yaml"
+    script:
+        "../scripts/preconditions_table.py"
 
 
 rule robustness_table:

@@ -1,0 +1,214 @@
+"""The experiments' preconditions as checks the workflow reports (issue 17).
+
+Each experiment of the paper is only a test of its claim in its regime: AT-AT must make the
+training PGD attack succeed and lower robust accuracy at small epsilon below NoDef's (§4),
+the permuted-label models must rote-memorise their labels (App. A.3.1: > 99.4% training
+accuracy), the Unseen-Pixels model must see < 3% of the pixels at a test accuracy within a few
+points of NoDef's (§3). :func:`check_preconditions` turns ``results/summary.csv`` and the
+models' ``metrics.json`` into one row per (check, model): ``experiment, model, check, value,
+threshold, passed, note``. The thresholds are ``config['preconditions']``. A missing or NaN
+value never passes (``passed = False`` with a note); a row that is reported only (AT-AT's
+robust accuracy at the other epsilons) has ``passed`` empty.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import pandas as pd
+
+from atat import io
+from atat.config import ConfigError
+from atat.paper import output, plain_nodef_defenses, precondition_roles
+from atat.summary import robust_column
+
+log = logging.getLogger(__name__)
+
+COLUMNS = ["experiment", "model", "check", "value", "threshold", "passed", "note"]
+THRESHOLD_KEYS = ["atat_attack_success", "atat_attack_success_epochs", "atat_robust_eps",
+                  "atat_robust_gap", "permuted_train_acc", "unseen_pixels_kept_fraction",
+                  "unseen_pixels_test_acc_drop"]
+_TOL = 1e-9  # a value exactly at its threshold compares as at it, not as a float below it
+
+#: what to do when a check fails (the WARNING line of the job's log)
+ADVICE = {
+    "attack_success": "raise defenses.{defense}.epsilon or weight_adv, or train longer",
+    "robust_acc_gap": "raise defenses.{defense}.epsilon or weight_adv (AT-AT does not lower "
+                      "small-eps robustness below NoDef's)",
+    "train_acc": "train longer or at a higher lr (defenses.{defense}.training.epochs / lr)",
+    "kept_pixel_fraction": "raise the mask stages' thresholds or epochs "
+                           "(defenses.*.change_threshold_epoch, mask_lr)",
+    "test_acc_vs_nodef": "retrain longer (defenses.{defense}.training.epochs) or keep more "
+                         "pixels",
+}
+
+
+def thresholds(config: Mapping[str, Any]) -> dict[str, float]:
+    """``config['preconditions']``, every key present (else a ConfigError naming it)."""
+    section = config.get("preconditions")
+    if not isinstance(section, Mapping):
+        raise ConfigError("invalid configuration: preconditions: section missing (see "
+                          "config/config.yaml and config/README.md)")
+    missing = [k for k in THRESHOLD_KEYS if k not in section]
+    if missing:
+        raise ConfigError(f"invalid configuration: preconditions: keys {missing} missing")
+    return {k: float(section[k]) for k in THRESHOLD_KEYS}
+
+
+def model_name(row: Mapping[str, Any]) -> str:
+    """The model's path under results/models/ (``dataset/arch/defense/seedN``)."""
+    return f"{row['dataset']}/{row['architecture']}/{row['defense']}/seed{int(row['seed'])}"
+
+
+def _missing(value: Any) -> bool:
+    return value is None or (isinstance(value, float) and math.isnan(value))
+
+
+def _row(experiment: str, model: str, check: str, value: Any, threshold: str,
+         passed: bool | None, note: str = "") -> dict[str, Any]:
+    value = float("nan") if _missing(value) else float(value)
+    if passed is not None and math.isnan(value):
+        passed = False
+        note = "; ".join(x for x in ("value missing: not checked, counts as failed", note) if x)
+    return dict(experiment=experiment, model=model, check=check, value=value,
+                threshold=threshold, passed=passed, note=note)
+
+
+def _nodef(summary: pd.DataFrame, nodef: Sequence[str], row: Mapping[str, Any]
+           ) -> tuple[pd.DataFrame, str]:
+    """NoDef rows of the same dataset/architecture/seed; else (e.g. causal replicates) of the
+    same dataset/architecture, with a note saying so."""
+    cell = summary[(summary["dataset"] == row["dataset"])
+                   & (summary["architecture"] == row["architecture"])
+                   & summary["defense"].isin(nodef)]
+    same = cell[cell["seed"] == row["seed"]]
+    if len(same):
+        return same.iloc[:1], ""
+    if len(cell):
+        return cell, f"no NoDef of seed {int(row['seed'])}: mean of {len(cell)} NoDef models"
+    return cell, "no NoDef model of this dataset/architecture"
+
+
+def _mean(df: pd.DataFrame, column: str) -> float:
+    if column not in df.columns or not len(df):
+        return float("nan")
+    values = pd.to_numeric(df[column], errors="coerce").dropna()
+    return float(values.mean()) if len(values) == len(df) else float("nan")
+
+
+def _wilson(rate: float, n: Any) -> str:
+    from atat.stats.intervals import wilson_interval  # statsmodels: only when reported
+
+    if _missing(rate) or _missing(n) or not n or not 0 <= rate <= 1:
+        return "n/a"
+    lo, hi = wilson_interval(int(round(rate * int(n))), int(n))
+    return f"{rate:.3f} [{lo:.3f}, {hi:.3f}] (n={int(n)})"
+
+
+def _success(history: Sequence[Mapping[str, Any]], epochs: int) -> tuple[float, str]:
+    values = [float(h["attack_success"]) for h in history if "attack_success" in h]
+    if not values:
+        return float("nan"), "no attack_success in the training history"
+    last = values[-epochs:]
+    note = f"mean of the last {len(last)} epochs (" + ", ".join(f"{v:.3f}" for v in last) + ")"
+    if len(last) < epochs:
+        note += f"; only {len(last)} epochs logged"
+    return sum(last) / len(last), note
+
+
+def check_preconditions(summary: pd.DataFrame, metrics: Mapping[str, Mapping[str, Any]],
+                        config: Mapping[str, Any]) -> pd.DataFrame:
+    """One row per (check, model) of every model an experiment applies to (module docstring).
+
+    ``metrics``: model name (:func:`model_name`) -> its ``metrics.json`` (``history``,
+    ``n_test``); a model without it fails the checks that need it."""
+    th = thresholds(config)
+    roles = precondition_roles(config)
+    nodef = plain_nodef_defenses(config)
+    epsilons = [float(e) for e in config["autoattack"]["epsilons"]]
+    eps = min(epsilons, key=lambda e: abs(e - th["atat_robust_eps"]))
+    rows: list[dict[str, Any]] = []
+    for _, r in summary.iterrows():
+        name, m = model_name(r), metrics.get(model_name(r), {})
+        if r["defense"] in roles["AT-AT"]:
+            value, note = _success(m.get("history") or [], int(th["atat_attack_success_epochs"]))
+            rows.append(_row("AT-AT", name, "attack_success", value,
+                             f">= {th['atat_attack_success']:g}",
+                             value >= th["atat_attack_success"] - _TOL, note))
+            ref, ref_note = _nodef(summary, nodef, r)
+            for e in epsilons:
+                col = robust_column(e)
+                mine = float(r[col]) if col in r and not _missing(r[col]) else float("nan")
+                base = _mean(ref, col)
+                gap = base - mine
+                note = "; ".join(x for x in (f"NoDef {base:.3f}, AT-AT {mine:.3f}", ref_note)
+                                 if x)
+                if e == eps:
+                    rows.append(_row("AT-AT", name, f"robust_acc_gap_eps{e:g}", gap,
+                                     f">= {th['atat_robust_gap']:g}",
+                                     gap >= th["atat_robust_gap"] - _TOL, note))
+                elif e < max(epsilons):
+                    n = r.get(f"aa_n_examples_eps{col.removeprefix('robust_acc_eps')}")
+                    rows.append(_row("AT-AT", name, f"robust_acc_gap_eps{e:g}", gap, "",
+                                     None, f"reported only ({n} AutoAttack examples); {note}"))
+        if r["defense"] in roles["permuted labels"]:
+            value = r.get("train_acc")
+            rows.append(_row("permuted labels", name, "train_acc", value,
+                             f"> {th['permuted_train_acc']:g}",
+                             not _missing(value) and value > th["permuted_train_acc"] + _TOL,
+                             "un-augmented, on the permuted labels"))
+        if r["defense"] in roles["Unseen-Pixels"]:
+            value = r.get("kept_pixel_fraction")
+            rows.append(_row("Unseen-Pixels", name, "kept_pixel_fraction", value,
+                             f"< {th['unseen_pixels_kept_fraction']:g}",
+                             not _missing(value)
+                             and value < th["unseen_pixels_kept_fraction"] - _TOL))
+            ref, ref_note = _nodef(summary, nodef, r)
+            base, mine = _mean(ref, "test_acc"), float(r["test_acc"])
+            ref_n = (metrics.get(model_name(ref.iloc[0]), {}).get("n_test") if len(ref)
+                     else None)
+            note = "; ".join(x for x in (f"Unseen-Pixels {_wilson(mine, m.get('n_test'))}, "
+                                         f"NoDef {_wilson(base, ref_n)} (95% Wilson)", ref_note)
+                             if x)
+            drop = th["unseen_pixels_test_acc_drop"]
+            rows.append(_row("Unseen-Pixels", name, "test_acc_vs_nodef", mine - base,
+                             f">= -{drop:g} (test acc - NoDef's)",
+                             mine - base >= -drop - _TOL, note))
+    df = pd.DataFrame(rows, columns=COLUMNS)
+    df["passed"] = df["passed"].astype("boolean")
+    return df
+
+
+def warn_failed(df: pd.DataFrame) -> int:
+    """One WARNING line per failed check naming the model and what to do; returns the count."""
+    failed = df[df["passed"].fillna(True) == False]  # noqa: E712 - NA (reported only) is no failure
+    for _, r in failed.iterrows():
+        kind = next(k for k in ADVICE if r["check"].startswith(k))
+        defense = r["model"].split("/")[2]
+        log.warning("precondition failed: %s %s: %s = %.4g (needs %s; %s): %s",
+                    r["experiment"], r["model"], r["check"], r["value"], r["threshold"],
+                    r["note"], ADVICE[kind].format(defense=defense))
+    return len(failed)
+
+
+def preconditions_table(summary_csv: str | Path, metrics_files: Mapping[str, str | Path],
+                        outputs: Sequence[str | Path], config: Mapping[str, Any]
+                        ) -> pd.DataFrame:
+    """``results/tables/preconditions.{csv,md}`` (never fails on a failed check: it is
+    reported, and logged as a WARNING)."""
+    from atat.tables import write_table  # imports the table builders' dependencies
+
+    summary = pd.read_csv(summary_csv)
+    metrics = {name: io.read_json(path) for name, path in metrics_files.items()}
+    df = check_preconditions(summary, metrics, config)
+    n_failed = warn_failed(df)
+    n_checked = int(df["passed"].notna().sum())
+    caption = (f"{output('preconditions').caption} {n_checked - n_failed} of {n_checked} "
+               f"checks passed.")
+    out = df.copy()
+    out["passed"] = ["" if pd.isna(v) else bool(v) for v in df["passed"]]  # "": reported only
+    write_table(out, outputs, caption)
+    return df

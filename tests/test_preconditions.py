@@ -1,0 +1,223 @@
+"""The experiments' preconditions (issue 17): each check passes and fails at its threshold, a
+missing value fails, a permuted-label model trained one epoch is flagged, and the table is a
+target of ``all`` for the paper config and the demo."""
+
+from __future__ import annotations
+
+import copy
+import logging
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from atat import preconditions as pc
+from atat.config import ConfigError, load_config
+
+ROOT = Path(__file__).resolve().parents[1]
+CONFIG = load_config(ROOT / "config" / "config.yaml")
+TH = CONFIG["preconditions"]
+CELL = {"dataset": "d", "architecture": "resnet18", "seed": 0}
+
+
+def _summary(**per_defense):
+    """One summary row per defense of the paper config (nodef, atat, permuted, unseen_pixels)
+    with the given column values."""
+    rows = []
+    for defense, cols in per_defense.items():
+        rows.append({**CELL, "defense": defense,
+                     "defense_type": CONFIG["defenses"][defense]["type"], "test_acc": 0.8,
+                     "train_acc": 1.0, "kept_pixel_fraction": float("nan"),
+                     "robust_acc_eps0.031": 0.0, "robust_acc_eps0.0025": 0.5,
+                     "robust_acc_eps0.0005": 0.7, "robust_acc_eps1e-05": 0.8,
+                     "aa_n_examples_eps0.0005": 64, **cols})
+    return pd.DataFrame(rows)
+
+
+def _atat_metrics(successes):
+    return {"d/resnet18/atat/seed0": {"history": [{"epoch": i, "attack_success": s}
+                                                  for i, s in enumerate(successes)]},
+            "d/resnet18/nodef/seed0": {"n_test": 120},
+            "d/resnet18/unseen_pixels/seed0": {"n_test": 120}}
+
+
+def _get(df, model_defense, check):
+    sel = df[(df["model"] == f"d/resnet18/{model_defense}/seed0") & (df["check"] == check)]
+    assert len(sel) == 1, (model_defense, check, df)
+    return sel.iloc[0]
+
+
+# --------------------------------------------------------------------------- AT-AT
+@pytest.mark.parametrize("last3,passed", [([0.5, 0.5, 0.5], True), ([0.5, 0.5, 0.49], False),
+                                          ([0.9, 0.9, 0.9], True)])
+def test_atat_attack_success_at_its_threshold(last3, passed):
+    assert TH["atat_attack_success"] == 0.5 and TH["atat_attack_success_epochs"] == 3
+    df = pc.check_preconditions(_summary(nodef={}, atat={}),
+                                _atat_metrics([0.0, 0.0] + last3), CONFIG)
+    row = _get(df, "atat", "attack_success")
+    assert row["value"] == pytest.approx(sum(last3) / 3)  # the first two epochs do not count
+    assert bool(row["passed"]) is passed
+
+
+@pytest.mark.parametrize("atat_robust,passed", [(0.4, True), (0.41, False), (0.1, True)])
+def test_atat_robust_gap_at_its_threshold(atat_robust, passed):
+    df = pc.check_preconditions(
+        _summary(nodef={"robust_acc_eps0.0025": 0.5},
+                 atat={"robust_acc_eps0.0025": atat_robust}), _atat_metrics([0.9] * 3), CONFIG)
+    row = _get(df, "atat", "robust_acc_gap_eps0.0025")
+    assert row["value"] == pytest.approx(0.5 - atat_robust)
+    assert bool(row["passed"]) is passed
+    other = _get(df, "atat", "robust_acc_gap_eps0.0005")  # reported only: no verdict
+    assert pd.isna(other["passed"]) and "reported only" in other["note"]
+    assert not (df["check"] == "robust_acc_gap_eps0.031").any()  # the large eps is not small
+
+
+def test_atat_without_nodef_of_its_seed_uses_the_cells_nodef_mean_and_says_so():
+    s = _summary(nodef={"robust_acc_eps0.0025": 0.6}, atat={"robust_acc_eps0.0025": 0.3})
+    s.loc[s["defense"] == "atat", "seed"] = 101  # e.g. a causal replicate
+    df = pc.check_preconditions(s, {"d/resnet18/atat/seed101": {"history": [
+        {"attack_success": 0.9}] * 3}}, CONFIG)
+    row = df[df["check"] == "robust_acc_gap_eps0.0025"].iloc[0]
+    assert row["value"] == pytest.approx(0.3) and bool(row["passed"])
+    assert "no NoDef of seed 101" in row["note"]
+
+
+@pytest.mark.parametrize("case", ["no_history", "nan_robust", "no_nodef"])
+def test_atat_missing_values_fail(case):
+    s = _summary(nodef={}, atat={})
+    metrics = _atat_metrics([0.9] * 3)
+    if case == "no_history":
+        metrics["d/resnet18/atat/seed0"] = {"history": [{"epoch": 0, "train_loss": 1.0}]}
+        check = "attack_success"
+    elif case == "nan_robust":
+        s.loc[s["defense"] == "atat", "robust_acc_eps0.0025"] = float("nan")
+        check = "robust_acc_gap_eps0.0025"
+    else:
+        s = s[s["defense"] == "atat"]
+        check = "robust_acc_gap_eps0.0025"
+    row = _get(pc.check_preconditions(s, metrics, CONFIG), "atat", check)
+    assert math.isnan(row["value"]) and not bool(row["passed"])
+    assert "missing" in row["note"]
+
+
+# --------------------------------------------------------------------------- permuted labels
+@pytest.mark.parametrize("train_acc,passed", [(0.995, True), (0.99, False), (0.39, False),
+                                              (float("nan"), False)])
+def test_permuted_train_acc_at_its_threshold(train_acc, passed):
+    df = pc.check_preconditions(_summary(permuted={"train_acc": train_acc}), {}, CONFIG)
+    row = _get(df, "permuted", "train_acc")
+    assert bool(row["passed"]) is passed
+    if math.isnan(train_acc):
+        assert "missing" in row["note"]
+    # the true-label NoDef is not checked for memorisation
+    assert not df["model"].str.contains("/nodef/").any()
+
+
+# --------------------------------------------------------------------------- Unseen-Pixels
+@pytest.mark.parametrize("kept,passed", [(0.0166, True), (0.03, False), (0.075, False),
+                                         (float("nan"), False)])
+def test_unseen_pixels_kept_fraction_at_its_threshold(kept, passed):
+    df = pc.check_preconditions(_summary(nodef={}, unseen_pixels={"kept_pixel_fraction": kept}),
+                                _atat_metrics([]), CONFIG)
+    assert bool(_get(df, "unseen_pixels", "kept_pixel_fraction")["passed"]) is passed
+
+
+@pytest.mark.parametrize("test_acc,passed", [(0.75, True), (0.74, False), (0.9, True)])
+def test_unseen_pixels_test_acc_at_its_threshold_with_wilson_intervals(test_acc, passed):
+    df = pc.check_preconditions(
+        _summary(nodef={"test_acc": 0.8},
+                 unseen_pixels={"test_acc": test_acc, "kept_pixel_fraction": 0.01}),
+        _atat_metrics([]), CONFIG)
+    row = _get(df, "unseen_pixels", "test_acc_vs_nodef")
+    assert row["value"] == pytest.approx(test_acc - 0.8)
+    assert bool(row["passed"]) is passed
+    assert "NoDef 0.800 [" in row["note"] and "(n=120)" in row["note"]
+
+
+def test_unseen_pixels_without_nodef_fails():
+    df = pc.check_preconditions(_summary(unseen_pixels={"kept_pixel_fraction": 0.01}), {},
+                                CONFIG)
+    row = _get(df, "unseen_pixels", "test_acc_vs_nodef")
+    assert not bool(row["passed"]) and "no NoDef model" in row["note"]
+
+
+# --------------------------------------------------------------------------- config, outputs
+def test_thresholds_come_from_the_config():
+    stricter = copy.deepcopy(CONFIG)
+    stricter["preconditions"]["permuted_train_acc"] = 0.999
+    s = _summary(permuted={"train_acc": 0.995})
+    assert bool(_get(pc.check_preconditions(s, {}, CONFIG), "permuted", "train_acc")["passed"])
+    assert not bool(_get(pc.check_preconditions(s, {}, stricter), "permuted",
+                         "train_acc")["passed"])
+    del stricter["preconditions"]["permuted_train_acc"]
+    with pytest.raises(ConfigError, match="permuted_train_acc"):
+        pc.check_preconditions(s, {}, stricter)
+
+
+def test_table_is_written_and_each_failure_is_a_warning(tmp_path, caplog):
+    s = _summary(nodef={}, atat={"robust_acc_eps0.0025": 0.2}, permuted={"train_acc": 0.39},
+                 unseen_pixels={"kept_pixel_fraction": 0.01})
+    s.to_csv(tmp_path / "summary.csv", index=False)
+    files = {}
+    for name, m in _atat_metrics([0.9] * 3).items():
+        files[name] = tmp_path / f"{name.replace('/', '_')}.json"
+        files[name].write_text(pd.Series(m).to_json())
+    outs = [tmp_path / "preconditions.csv", tmp_path / "preconditions.md"]
+    with caplog.at_level(logging.WARNING, logger="atat.preconditions"):
+        df = pc.preconditions_table(tmp_path / "summary.csv", files, outs, CONFIG)
+    failed = df[df["passed"] == False]  # noqa: E712
+    assert list(failed["model"]) == ["d/resnet18/permuted/seed0"]
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1 and "d/resnet18/permuted/seed0" in warnings[0]
+    assert "defenses.permuted.training.epochs" in warnings[0]
+    back = pd.read_csv(outs[0])
+    assert list(back.columns) == pc.COLUMNS and len(back) == len(df)
+    assert "checks passed" in outs[1].read_text()
+
+
+# --------------------------------------------------------------------------- a real model
+def test_a_permuted_model_trained_one_epoch_is_flagged(tmp_path):
+    from atat.data.synthfaces import generate_synthfaces
+    from atat.summary import summary_row
+    from atat.train import TrainSpec, train
+
+    generate_synthfaces(tmp_path / "ds", n_private_identities=4, n_public_identities=2,
+                        images_per_identity=12, public_images_per_identity=2, resolution=32,
+                        seed=3, progress=False)
+    training = {**CONFIG["training"], **CONFIG["defenses"]["permuted"]["training"],
+                "epochs": 1, "lr_milestones": [], "batch_size": 16, "eval_batch_size": 64,
+                "pretrained": False, "num_workers": 0}
+    spec = TrainSpec(model_id="d/resnet18/permuted/seed0", dataset_root=str(tmp_path / "ds"
+                                                                             / "private"),
+                     resolution=32, n_classes=4, architecture="resnet18",
+                     defense={"type": "nodef"}, training=training,
+                     augmentation=CONFIG["augmentation"], seed=0)
+    metrics = train(spec, out_model=tmp_path / "m.pt", out_metrics=tmp_path / "metrics.json",
+                    resume_path=tmp_path / "resume.pt", progress=False)
+    assert metrics["labels_permuted"]
+    row = summary_row({**CELL, "defense": "permuted", "defense_type": "nodef",
+                       "metrics": tmp_path / "metrics.json"})
+    df = pc.check_preconditions(pd.DataFrame([row]), {}, CONFIG)
+    flagged = _get(df, "permuted", "train_acc")
+    assert flagged["value"] == pytest.approx(metrics["train_acc"]) and flagged["value"] < 0.99
+    assert not bool(flagged["passed"])
+
+
+# --------------------------------------------------------------------------- the workflow
+@pytest.mark.parametrize("overlay", [(), ("demo.yaml",)])
+def test_preconditions_table_is_a_target_of_all(tmp_path, overlay):
+    configs = [str(ROOT / "config" / f) for f in ("config.yaml", *overlay)]
+    proc = subprocess.run(
+        [sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile"), "--directory",
+         str(tmp_path), "--configfile", *configs, "-n", "all", "--cores", "1"],
+        capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "results/tables/preconditions.csv" in proc.stdout
+    counts = dict(line.split()[:2] for line in proc.stdout.splitlines()
+                  if len(line.split()) == 2 and line.split()[1].isdigit())
+    assert counts.get("preconditions") == "1"
+    if overlay:
+        assert counts["total"] == "186"  # 185 before the preconditions table
