@@ -16,6 +16,7 @@ from typing import Any, Iterable, Mapping
 import jsonschema
 import yaml
 
+from atat.inversion_defaults import EVAL_TRAINING_DEFAULTS, ifgmi_settings
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SCHEMA_PATH = REPO_ROOT / "workflow" / "schemas" / "config.schema.yaml"
@@ -219,9 +220,6 @@ def _check_auxiliary_milestones(config: Mapping[str, Any]) -> None:
     sections = [(k, t) for k, t in sections if t is not None]
     if not sections:
         return
-    # imported here: the module imports torch (validate_config already does, for defenses)
-    from atat.inversion_defaults import EVAL_TRAINING_DEFAULTS
-
     for key, training in sections:
         recipe = {**EVAL_TRAINING_DEFAULTS, **dict(training)}
         if any(m >= recipe["epochs"] for m in recipe["lr_milestones"]):
@@ -406,8 +404,6 @@ def _check_inversion(config: Mapping[str, Any]) -> None:
 def _check_ifgmi_radii(params: Mapping[str, Any], where: str) -> None:
     """One max_radius_mid / max_radius_w per IF-GMI stage (``steps``), after the spec
     defaults of keys the config leaves out (atat.inversion_defaults.ifgmi_settings)."""
-    # imported here: the module imports torch (validate_config already does, for defenses)
-    from atat.inversion_defaults import ifgmi_settings
 
     settings = ifgmi_settings(params)
     n = len(settings["steps"])
