@@ -71,7 +71,8 @@ def test_atat_robust_gap_at_its_threshold(atat_robust, passed):
     assert row["value"] == pytest.approx(0.5 - atat_robust)
     assert bool(row["passed"]) is passed
     other = _get(df, "atat", "robust_acc_gap_eps0.0005")  # reported only: no verdict
-    assert pd.isna(other["passed"]) and "reported only" in other["note"]
+    assert pd.isna(other["passed"]) and "reported only, 64 AutoAttack examples" in other["note"]
+    assert "None" not in _get(df, "atat", "robust_acc_gap_eps1e-05")["note"]  # count unknown
     assert not (df["check"] == "robust_acc_gap_eps0.031").any()  # the large eps is not small
 
 

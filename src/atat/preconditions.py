@@ -152,8 +152,9 @@ def check_preconditions(summary: pd.DataFrame, metrics: Mapping[str, Mapping[str
                                      gap >= th["atat_robust_gap"] - _TOL, note))
                 elif e < max(epsilons):
                     n = r.get(f"aa_n_examples_eps{col.removeprefix('robust_acc_eps')}")
+                    n_text = "" if _missing(n) else f", {int(n)} AutoAttack examples"
                     rows.append(_row("AT-AT", name, f"robust_acc_gap_eps{e:g}", gap, "",
-                                     None, f"reported only ({n} AutoAttack examples); {note}"))
+                                     None, f"reported only{n_text}; {note}"))
         if r["defense"] in roles["permuted labels"]:
             value = r.get("train_acc")
             rows.append(_row("permuted labels", name, "train_acc", value,
