@@ -222,3 +222,16 @@ def test_preconditions_table_is_a_target_of_all(tmp_path, overlay):
     assert counts.get("preconditions") == "1"
     if overlay:
         assert counts["total"] == "186"  # 185 before the preconditions table
+
+
+def test_the_config_must_have_the_preconditions_section_and_in_bounds():
+    from atat.config import validate_config
+
+    bad = copy.deepcopy(CONFIG)
+    del bad["preconditions"]
+    with pytest.raises(ConfigError, match="preconditions"):
+        validate_config(bad)
+    bad = copy.deepcopy(CONFIG)
+    bad["preconditions"]["permuted_train_acc"] = 1.5
+    with pytest.raises(ConfigError, match="permuted_train_acc"):
+        validate_config(bad)
