@@ -9,73 +9,9 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 
-TINY = """
-datasets:
-  synthfaces:
-    resolution: 32
-    n_classes: 4
-    synthetic: {n_private_identities: 4, n_public_identities: 2, images_per_identity: 12,
-                public_images_per_identity: 6, seed: 1}
-training: {epochs: 2, lr_milestones: [1], batch_size: 16, eval_batch_size: 3}
-grid:
-  - datasets: [synthfaces]
-    architectures: [resnet18]
-    defenses: [nodef, atat]
-autoattack:
-  epsilons: [0.031, 1.0e-5]
-  n_examples: 8
-  batch_size: 8
-  settings:
-    apgd: {n_iter: 2, n_restarts: 1}
-    apgd_t: {n_iter: 2, n_target_classes: 1, n_restarts: 1}
-    fab: {n_iter: 2, n_target_classes: 1, n_restarts: 1}
-    square: {n_queries: 5, p_init: 0.8}
-"""
-
-# Model inversion shrunk to seconds: a 4-step prior, 1-epoch evaluation/face networks, two
-# target classes, a handful of candidates and steps per attack.
-TINY_INVERSION = """
-generators:
-  synthfaces_public:
-    train: {dataset: synthfaces, steps: 4, batch_size: 2, z_dim: 8, w_dim: 8, mapping_layers: 1,
-            channel_base: 64, channel_max: 8}
-evaluation_model: {training: {epochs: 1, batch_size: 16, lr_milestones: []}}
-face_embedding: {training: {epochs: 1, batch_size: 4, lr_milestones: []}}
-inversion:
-  targets: 2
-  ppa:
-    candidates: {num_candidates: 2, search_space_size: 8, batch_size: 8}
-    batch_size: 4
-    steps: 2
-    lr_milestones: [1]
-    final_selection: {samples_per_target: 1, iterations: 2}
-  ifgmi:
-    candidates: {num_candidates: 2, search_space_size: 8, batch_size: 8}
-    batch_size: 4
-    steps: [2, 1]
-  ppdg:
-    candidates: {num_candidates: 2, search_space_size: 8, batch_size: 8}
-    batch_size: 4
-    steps: 2
-    num_inv_points: 1
-    inv_steps: 2
-    tune_steps: 2
-    final_selection: {samples_per_target: 2, iterations: 2}
-"""
-TINY += TINY_INVERSION
-
-
-ALL_DEFENSES = """
-training: {epochs: 1, lr_milestones: []}
-grid:
-  - datasets: [synthfaces]
-    architectures: [resnet18]
-    defenses: [nodef, nodef_es, mid, bido, bido_lx1e3, tldmi, tldmi5, negls, rolss, rolss_ssf,
-               trap_mid, trap_mid_star, atat, at, permuted, unseen_pixels_gl, unseen_pixels_agl,
-               unseen_pixels]
-autoattack: {epsilons: [0.031]}
-inversion: {attacks: []}   # the attacks of every model are covered by the demo run itself
-"""
+# The test configs are files under .test/ (the workflow catalog's convention), runnable by hand.
+TINY = (ROOT / ".test" / "tiny" / "config.yaml").read_text()
+ALL_DEFENSES = (ROOT / ".test" / "all-defenses" / "config.yaml").read_text()
 
 
 def snakemake(workdir, *args, overlays=("tiny.yaml",)):
