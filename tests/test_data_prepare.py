@@ -472,7 +472,7 @@ class FakeKaggleApi:
         (Path(path) / f"{dataset.split('/')[1]}.zip").write_bytes(self.blob())
 
 
-def test_kaggle_download_credentials_never_forwarded_or_logged(tmp_path, monkeypatch, caplog):
+def test_kaggle_download_credentials_never_logged_or_written(tmp_path, monkeypatch, caplog):
     # Forwarding of the credentials on the client's redirect to the storage host is the
     # official client's business now (not testable without network, see atat.fetch.transports).
     src = tmp_path / "src"
