@@ -292,3 +292,98 @@ def torchvision_weight_urls():
     except ValueError as exc:
         raise WorkflowError(f"invalid configuration: {exc}") from None
     return {Path(url).name: url for url in urls}
+
+
+# ---- inversion-stage weight files (rules of data.smk; `snakemake --lint`: functions live here)
+from urllib.parse import urlsplit as _urlsplit  # noqa: E402
+
+from atat.downloads import LPIPS_VGG_URL  # noqa: E402
+
+LPIPS_FILE = f"{RES}/weights/lpips/vgg_v0.1.pth"
+
+
+def _downloaded_generators():
+    return sorted(n for n, g in (config.get("generators") or {}).items() if (g or {}).get("url"))
+
+
+def _facenet_name():
+    face = config.get("face_embedding") or {}
+    if face.get("source") != "facenet" or not face.get("url"):
+        return None
+    return Path(_urlsplit(face["url"]).path).name
+
+
+def _torchvision_file(arch, weights):
+    return f"{RES}/weights/torchvision/{torchvision_weights_filename(arch, weights)}"
+
+
+def generator_file(name):
+    """StyleGAN2 pickle of generator ``name``: downloaded (``url``) or trained (``train``)."""
+    if (config["generators"][name] or {}).get("url"):
+        return f"{RES}/weights/stylegan2/{name}.pkl"
+    return f"results/generators/{name}.pkl"
+
+
+def facenet_file():
+    """FaceNet (facenet-pytorch InceptionResnetV1) weights, or None unless source is facenet."""
+    name = _facenet_name()
+    return f"{RES}/weights/facenet/{name}" if name else None
+
+
+def lpips_files():
+    """VGG16-LPIPS: torchvision VGG16 ImageNet features + the LPIPS v0.1 linear layers."""
+    return dict(vgg=_torchvision_file("vgg16", "IMAGENET1K_V1"), lin=LPIPS_FILE)
+
+
+def evaluation_weights_file():
+    """ImageNet init of the evaluation model (Inception-v3), or None when trained from scratch."""
+    ev = config.get("evaluation_model") or {}
+    if not ev.get("pretrained"):
+        return None
+    return _torchvision_file(ev.get("architecture", "inception_v3"), ev.get("weights", "IMAGENET1K_V1"))
+
+
+# ---- evaluation networks (rules of evaluation.smk)
+EVAL_CFG = config.get("evaluation_model") or {}
+FACE_CFG = config.get("face_embedding") or {}
+# datasets with a public pool to train the demo face embedding on (faces, synthetic)
+PUBLIC_FACE = [
+    n for n, d in config["datasets"].items() if d["source"] == "synthfaces" and d.get("faces")
+]
+
+
+def evaluation_model_inputs(wildcards):
+    inputs = {"dataset": dataset_dir(wildcards.dataset)}
+    if EVAL_CFG.get("pretrained"):
+        inputs["weights"] = evaluation_weights_file()  # the ImageNet Inception-v3 file
+    return inputs
+
+
+def evaluation_model_spec(wildcards):
+    """Keyword arguments of atat.inversion.evaluation.train_evaluation_model."""
+    return dict(
+        dataset_root=f"{dataset_dir(wildcards.dataset)}/private",
+        n_classes=n_classes(wildcards.dataset),
+        resolution=int(EVAL_CFG["resolution"]),
+        aux_logits=bool(EVAL_CFG.get("aux_logits", True)),
+        training=dict(EVAL_CFG["training"]),
+        augmentation=EVAL_CFG.get("augmentation"),
+        seed=int(EVAL_CFG.get("seed", 42)),
+        num_workers=int(config["training"].get("num_workers", 0)),
+        # atat.train's resume checkpoint (undeclared, as rule train_model's)
+        resume_path=f"results/.resume/evaluation/{wildcards.dataset}/resume.pt",
+    )
+
+
+def evaluation_model_file(dataset):
+    return f"results/evaluation/{dataset}/model.pt"
+
+
+def face_network_file(dataset):
+    """The δ_face network of ``dataset`` for atat.inversion.evaluation.load_face_network, or
+    None for non-face datasets (δ_face is NaN there, paper I.2)."""
+    if not config["datasets"][dataset].get("faces"):
+        return None
+    if FACE_CFG.get("source") == "public_classifier":
+        return f"results/face_embedding/{dataset}/model.pt"
+    return facenet_file()  # the downloaded VGGFace2 InceptionResnetV1 state dict

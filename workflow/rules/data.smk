@@ -55,60 +55,11 @@ rule torchvision_weights:
         "../scripts/download_weights.py"
 
 
-
 # Pretrained weights of the model-inversion stage (spec attacks.md §4.2, §5.2, §5.4, §6.3).
 # Each file is checked against data/checksums.lock.yaml (key weights/<kind>/<file name>; a
 # sha256 missing there is recorded at first download, for review and commit) and loaded
 # (safe unpickler / weights_only state dict) before it becomes the output. With `offline`
 # a missing file stops the job naming the path to place it at; no socket is opened.
-from urllib.parse import urlsplit as _urlsplit  # noqa: E402
-
-from atat.downloads import LPIPS_VGG_URL  # noqa: E402
-
-LPIPS_FILE = f"{RES}/weights/lpips/vgg_v0.1.pth"
-
-
-def _downloaded_generators():
-    return sorted(n for n, g in (config.get("generators") or {}).items() if (g or {}).get("url"))
-
-
-def _facenet_name():
-    face = config.get("face_embedding") or {}
-    if face.get("source") != "facenet" or not face.get("url"):
-        return None
-    return Path(_urlsplit(face["url"]).path).name
-
-
-def _torchvision_file(arch, weights):
-    return f"{RES}/weights/torchvision/{torchvision_weights_filename(arch, weights)}"
-
-
-def generator_file(name):
-    """StyleGAN2 pickle of generator ``name``: downloaded (``url``) or trained (``train``)."""
-    if (config["generators"][name] or {}).get("url"):
-        return f"{RES}/weights/stylegan2/{name}.pkl"
-    return f"results/generators/{name}.pkl"
-
-
-def facenet_file():
-    """FaceNet (facenet-pytorch InceptionResnetV1) weights, or None unless source is facenet."""
-    name = _facenet_name()
-    return f"{RES}/weights/facenet/{name}" if name else None
-
-
-def lpips_files():
-    """VGG16-LPIPS: torchvision VGG16 ImageNet features + the LPIPS v0.1 linear layers."""
-    return dict(vgg=_torchvision_file("vgg16", "IMAGENET1K_V1"), lin=LPIPS_FILE)
-
-
-def evaluation_weights_file():
-    """ImageNet init of the evaluation model (Inception-v3), or None when trained from scratch."""
-    ev = config.get("evaluation_model") or {}
-    if not ev.get("pretrained"):
-        return None
-    return _torchvision_file(ev.get("architecture", "inception_v3"), ev.get("weights", "IMAGENET1K_V1"))
-
-
 rule stylegan_weights:
     output:
         f"{RES}/weights/stylegan2/{{generator}}.pkl",
