@@ -14,19 +14,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 
-TINY = """
-datasets:
-  synthfaces:
-    resolution: 32
-    n_classes: 4
-    synthetic: {n_private_identities: 4, n_public_identities: 2, images_per_identity: 4,
-                public_images_per_identity: 2, seed: 1}
-grid:
-  - datasets: [synthfaces]
-    architectures: [resnet18]
-    defenses: [nodef]
-inversion: {attacks: []}
-"""
+TINY = (ROOT / ".test" / "minimal" / "config.yaml").read_text() + "inversion: {attacks: []}\n"
 
 
 def load_common(monkeypatch):
