@@ -145,6 +145,51 @@ def test_unseen_pixels_without_nodef_fails():
     assert not bool(row["passed"]) and "no NoDef model" in row["note"]
 
 
+# --------------------------------------------------------------------------- inversion prior
+def _prior_record(recognition=0.6, precision=0.6, recall=0.6):
+    def stat(normalised):
+        return {"prior": 0.5, "ceiling": 0.9, "floor": 0.1, "normalised": normalised}
+    return {"recognition": stat(recognition), "precision": stat(precision),
+            "recall": stat(recall), "identities_recognised": {"prior": 30, "ceiling": 40,
+                                                              "floor": 2},
+            "n_samples": 1000, "n_recall": 80, "n_heldout": 80, "n_reference": 720,
+            "n_identities": 40, "k": 3, "confidence": 0.5}
+
+
+@pytest.mark.parametrize("value,passed", [(0.5, True), (0.49, False), (1.3, True),
+                                          (None, False)])
+def test_prior_statistics_at_their_threshold(value, passed):
+    assert TH["prior_recognition"] == TH["prior_precision"] == TH["prior_recall"] == 0.5
+    for stat in ("recognition", "precision", "recall"):
+        record = _prior_record(**{stat: value})  # None: NaN in the JSON (a missing value)
+        df = pc.check_preconditions(_summary(nodef={}), {}, CONFIG, {"p": record})
+        row = df[(df["model"] == "generators/p") & (df["check"] == f"prior_{stat}")].iloc[0]
+        assert bool(row["passed"]) is passed and row["experiment"] == pc.PRIOR
+        assert "ceiling 0.900" in row["note"] and "floor 0.100" in row["note"]
+        others = df[(df["model"] == "generators/p") & (df["check"] != f"prior_{stat}")]
+        assert others["passed"].all()
+        if value is None:
+            assert math.isnan(row["value"]) and "missing" in row["note"]
+
+
+def test_the_paper_priors_are_reported_as_not_measured_and_the_demo_prior_is_measured():
+    from atat.config import model_runs
+
+    paper = pc.inversion_priors(CONFIG, model_runs(CONFIG))
+    assert set(paper) == {"ffhq", "afhqdog"} and all(paper.values())
+    assert "downloaded prior (generators.ffhq.url)" in paper["ffhq"]
+    df = pc.check_preconditions(_summary(nodef={}), {}, CONFIG, {"ffhq": None})
+    row = df[df["model"] == "generators/ffhq"].iloc[0]
+    assert row["check"] == "prior_quality" and pd.isna(row["passed"])  # reported, no verdict
+    assert row["note"] == paper["ffhq"]
+    demo = load_config(ROOT / "config" / "config.yaml", ROOT / "config" / "demo.yaml")
+    assert pc.inversion_priors(demo, model_runs(demo)) == {"synthfaces_public": None}
+    facenet = copy.deepcopy(demo)
+    facenet["face_embedding"]["source"] = "facenet"
+    assert "face_embedding.source is facenet" in pc.prior_unmeasured_reason(
+        facenet, "synthfaces_public")
+
+
 # --------------------------------------------------------------------------- config, outputs
 def test_thresholds_come_from_the_config():
     stricter = copy.deepcopy(CONFIG)
@@ -220,8 +265,8 @@ def test_preconditions_table_is_a_target_of_all(tmp_path, overlay):
     counts = dict(line.split()[:2] for line in proc.stdout.splitlines()
                   if len(line.split()) == 2 and line.split()[1].isdigit())
     assert counts.get("preconditions") == "1"
-    if overlay:
-        assert counts["total"] == "186"  # 185 before the preconditions table
+    # the prior's quality: measured for the demo's trained prior, not for the paper's downloads
+    assert counts.get("prior_quality") == ("1" if overlay else None)
 
 
 def test_the_config_must_have_the_preconditions_section_and_in_bounds():

@@ -9,6 +9,12 @@ models' ``metrics.json`` into one row per (check, model): ``experiment, model, c
 threshold, passed, note``. The thresholds are ``config['preconditions']``. A missing or NaN
 value never passes (``passed = False`` with a note); a row that is reported only (AT-AT's
 robust accuracy at the other epsilons) has ``passed`` empty.
+
+The inversion attacks' prior is checked too (issue 17 item 5; experiment ``inversion prior``,
+model ``generators/<name>``): its recognition rate, precision and recall in the public
+classifier's terms, each normalised between a structure-free floor and real unseen faces
+(:mod:`atat.inversion.prior_quality`, rule ``prior_quality``). A prior that cannot be measured
+(downloaded, or no public-identity classifier) has one reported-only row saying why.
 """
 
 from __future__ import annotations
@@ -30,7 +36,8 @@ log = logging.getLogger(__name__)
 COLUMNS = ["experiment", "model", "check", "value", "threshold", "passed", "note"]
 THRESHOLD_KEYS = ["atat_attack_success", "atat_attack_success_epochs", "atat_robust_eps",
                   "atat_robust_gap", "permuted_train_acc", "unseen_pixels_kept_fraction",
-                  "unseen_pixels_test_acc_drop"]
+                  "unseen_pixels_test_acc_drop", "prior_recognition", "prior_precision",
+                  "prior_recall"]
 _TOL = 1e-9  # a value exactly at its threshold compares as at it, not as a float below it
 
 #: what to do when a check fails (the WARNING line of the job's log)
@@ -43,7 +50,12 @@ ADVICE = {
                            "(defenses.*.change_threshold_epoch, mask_lr)",
     "test_acc_vs_nodef": "retrain longer (defenses.{defense}.training.epochs) or keep more "
                          "pixels",
+    "prior_": "train the prior longer or larger (generators.{generator}.train: steps, "
+              "channel_base/channel_max, lr, batch_size)",
 }
+PRIOR = "inversion prior"  # the experiment label of the prior's rows
+#: the prior's statistics with a target ``prior_<name>`` (keys of its quality record)
+PRIOR_STATISTICS = ("recognition", "precision", "recall")
 
 
 def thresholds(config: Mapping[str, Any]) -> dict[str, float]:
@@ -119,12 +131,81 @@ def _success(history: Sequence[Mapping[str, Any]], epochs: int) -> tuple[float, 
     return sum(last) / len(last), note
 
 
+def prior_unmeasured_reason(config: Mapping[str, Any], generator: str) -> str | None:
+    """Why generator ``generator``'s quality is not measured, or None if it is (rule
+    prior_quality): only a prior the workflow trains on a face dataset's public pool, with
+    the public identity classifier as face embedding, has an instrument and real public
+    images to judge it (atat.inversion.prior_quality)."""
+    g = config["generators"][generator] or {}
+    if "train" not in g:
+        return (f"not measured: downloaded prior (generators.{generator}.url); its training "
+                f"images are not part of the workflow and no classifier of them is trained "
+                f"(its quality is its authors' published one)")
+    dataset = g["train"]["dataset"]
+    if not config["datasets"][dataset].get("faces"):
+        return f"not measured: {dataset} is not a face dataset (no face embedding)"
+    source = (config.get("face_embedding") or {}).get("source")
+    if source != "public_classifier":
+        return (f"not measured: face_embedding.source is {source}, not public_classifier "
+                f"(no classifier of {dataset}'s public identities)")
+    return None
+
+
+def inversion_priors(config: Mapping[str, Any], inverted: Sequence[Any]) -> dict[str, str | None]:
+    """Each generator the attacks use on the models ``inverted`` (objects with a ``dataset``)
+    -> None where its quality is measured, else the reason it is not (sorted by name)."""
+    names = {config["datasets"][r.dataset].get("generator") for r in inverted} - {None}
+    return {name: prior_unmeasured_reason(config, name) for name in sorted(names)}
+
+
+def prior_quality_path(generator: str) -> str:
+    """Where rule prior_quality writes generator ``generator``'s quality record."""
+    return f"results/generators/{generator}.quality.json"
+
+
+def _num(value: Any) -> float:
+    return float("nan") if value is None else float(value)
+
+
+def prior_rows(priors: Mapping[str, Mapping[str, Any] | None], config: Mapping[str, Any]
+               ) -> list[dict[str, Any]]:
+    """The prior's rows: ``priors`` maps each generator the attacks use to its quality record
+    (:func:`atat.inversion.prior_quality.prior_quality`), or None where it is not measured
+    (one reported-only row with the reason)."""
+    th = thresholds(config)
+    rows = []
+    for name, q in priors.items():
+        model = f"generators/{name}"
+        if q is None:
+            reason = prior_unmeasured_reason(config, name) or "quality record missing"
+            rows.append(_row(PRIOR, model, "prior_quality", None, "", None, reason))
+            continue
+        for stat in PRIOR_STATISTICS:
+            s = {k: _num(v) for k, v in q[stat].items()}
+            n = q["n_recall"] if stat == "recall" else q["n_samples"]
+            note = (f"prior {s['prior']:.3f} (n={n}), ceiling {s['ceiling']:.3f} (held-out "
+                    f"real public images, n={q['n_heldout']}), floor {s['floor']:.3f} "
+                    f"(per-pixel Gaussian); normalised (prior - floor) / (ceiling - floor)")
+            if stat == "recognition":
+                note += (f"; softmax >= {q['confidence']:g}; identities recognised "
+                         f"{q['identities_recognised']['prior']} of {q['n_identities']}")
+            else:
+                note += f"; k = {q['k']}, {q['n_reference']} real reference images"
+            value, target = s["normalised"], th[f"prior_{stat}"]
+            rows.append(_row(PRIOR, model, f"prior_{stat}", value, f">= {target:g}",
+                             not math.isnan(value) and value >= target - _TOL, note))
+    return rows
+
+
 def check_preconditions(summary: pd.DataFrame, metrics: Mapping[str, Mapping[str, Any]],
-                        config: Mapping[str, Any]) -> pd.DataFrame:
+                        config: Mapping[str, Any],
+                        priors: Mapping[str, Mapping[str, Any] | None] | None = None
+                        ) -> pd.DataFrame:
     """One row per (check, model) of every model an experiment applies to (module docstring).
 
     ``metrics``: model name (:func:`model_name`) -> its ``metrics.json`` (``history``,
-    ``n_test``); a model without it fails the checks that need it."""
+    ``n_test``); a model without it fails the checks that need it. ``priors``: see
+    :func:`prior_rows`."""
     th = thresholds(config)
     roles = precondition_roles(config)
     nodef = plain_nodef_defenses(config)
@@ -178,6 +259,7 @@ def check_preconditions(summary: pd.DataFrame, metrics: Mapping[str, Mapping[str
             rows.append(_row("Unseen-Pixels", name, "test_acc_vs_nodef", mine - base,
                              f">= -{drop:g} (test acc - NoDef's)",
                              mine - base >= -drop - _TOL, note))
+    rows += prior_rows(priors or {}, config)
     df = pd.DataFrame(rows, columns=COLUMNS)
     df["passed"] = df["passed"].astype("boolean")
     return df
@@ -188,23 +270,29 @@ def warn_failed(df: pd.DataFrame) -> int:
     failed = df[df["passed"].fillna(True) == False]  # noqa: E712 - NA (reported only) is no failure
     for _, r in failed.iterrows():
         kind = next(k for k in ADVICE if r["check"].startswith(k))
-        defense = r["model"].split("/")[2]
+        parts = r["model"].split("/")
+        advice = ADVICE[kind].format(defense=parts[2] if len(parts) > 2 else "",
+                                     generator=parts[-1])
         log.warning("precondition failed: %s %s: %s = %.4g (needs %s; %s): %s",
                     r["experiment"], r["model"], r["check"], r["value"], r["threshold"],
-                    r["note"], ADVICE[kind].format(defense=defense))
+                    r["note"], advice)
     return len(failed)
 
 
 def preconditions_table(summary_csv: str | Path, metrics_files: Mapping[str, str | Path],
-                        outputs: Sequence[str | Path], config: Mapping[str, Any]
+                        outputs: Sequence[str | Path], config: Mapping[str, Any],
+                        prior_files: Mapping[str, str | Path | None] | None = None
                         ) -> pd.DataFrame:
     """``results/tables/preconditions.{csv,md}`` (never fails on a failed check: it is
-    reported, and logged as a WARNING)."""
+    reported, and logged as a WARNING). ``prior_files``: each generator the attacks use ->
+    its quality record (rule prior_quality), None where it is not measured."""
     from atat.tables import write_table  # imports the table builders' dependencies
 
     summary = pd.read_csv(summary_csv)
     metrics = {name: io.read_json(path) for name, path in metrics_files.items()}
-    df = check_preconditions(summary, metrics, config)
+    priors = {name: None if path is None else io.read_json(path)
+              for name, path in (prior_files or {}).items()}
+    df = check_preconditions(summary, metrics, config, priors)
     n_failed = warn_failed(df)
     n_checked = int(df["passed"].notna().sum())
     caption = (f"{output('preconditions').caption} {n_checked - n_failed} of {n_checked} "

@@ -4,8 +4,13 @@
 # final latents. Per-batch/per-class progress lives under results/.resume/inversion/ (not
 # declared, so a failed job keeps it and a rerun continues).
 
+from atat.preconditions import inversion_priors, prior_quality_path  # noqa: E402
+
 TRAINED_GENERATORS = [n for n, g in config.get("generators", {}).items() if "train" in g]
 INV_RUNS = [r for r in RUNS] if INV_ATTACKS else []
+# the attacks' priors -> None where rule prior_quality measures one, else why not (issue 17)
+INV_PRIORS = inversion_priors(config, INV_RUNS)
+QUALITY_GENERATORS = [g for g, why in INV_PRIORS.items() if why is None]
 
 INV_DIR = "results/inversion/{dataset}/{arch}/{defense}/seed{seed}/{attack}"
 
@@ -44,6 +49,37 @@ rule train_generator:
         "../../envs/torch.yaml"
     script:
         "../scripts/train_generator.py"
+
+
+rule prior_quality:
+    # Is the prior a prior of faces of its population? Recognition rate by the public pool's
+    # identity classifier and precision/recall in its embedding, each against held-out real
+    # public images (ceiling) and a per-pixel Gaussian (floor); checked in the preconditions
+    # table (atat.inversion.prior_quality; issue 17 item 5). Only where that classifier exists.
+    input:
+        generator="results/generators/{generator}.pkl",
+        face=lambda wc: face_network_file(config["generators"][wc.generator]["train"]["dataset"]),
+        face_metrics=lambda wc: "results/face_embedding/{}/metrics.json".format(
+            config["generators"][wc.generator]["train"]["dataset"]),
+        dataset=lambda wc: dataset_dir(config["generators"][wc.generator]["train"]["dataset"]),
+    output:
+        prior_quality_path("{generator}"),
+    wildcard_constraints:
+        generator=_alt(QUALITY_GENERATORS),
+    params:
+        center_crop=lambda wc: config["generators"][wc.generator].get("center_crop"),
+    log:
+        "logs/inversion/prior_quality_{generator}.log",
+    benchmark:
+        "benchmarks/inversion/prior_quality_{generator}.tsv"
+    threads: 1
+    resources:
+        mem_mb=3000,  # 1,000 samples at 32 px and a ResNet-18: ~1 GB with torch
+        runtime=30,
+    conda:
+        "../../envs/torch.yaml"
+    script:
+        "../scripts/prior_quality.py"
 
 
 rule invert:

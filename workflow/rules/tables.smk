@@ -39,6 +39,7 @@ rule preconditions:
     input:
         summary="results/summary.csv",
         metrics=[f"{model_dir(r)}/metrics.json" for r in RUNS],
+        priors=[prior_quality_path(g) for g in QUALITY_GENERATORS],  # rule prior_quality
     output:
         report(
             "results/tables/preconditions.csv",
@@ -50,6 +51,8 @@ rule preconditions:
         "results/tables/preconditions.md",
     params:
         metrics={r.path: f"{model_dir(r)}/metrics.json" for r in RUNS},
+        # the attacks' priors -> quality record, None where not measured (a reported row)
+        priors={g: None if why else prior_quality_path(g) for g, why in INV_PRIORS.items()},
     log:
         "logs/tables/preconditions.log",
     benchmark:

@@ -1,0 +1,241 @@
+"""The inversion prior's quality (issue 17 item 5): improved precision/recall on fabricated
+embeddings, the recognition rate on a fake classifier, and the whole measurement with an
+instrument whose answer is known: a prior that replays real faces reaches the target, an
+untrained generator does not (and the preconditions table flags it)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+from pathlib import Path
+
+import pytest
+import torch
+from torch import nn
+
+from atat import preconditions as pc
+from atat.config import load_config
+from atat.inversion import prior_quality as pq
+from atat.inversion.stylegan2 import Generator
+
+ROOT = Path(__file__).resolve().parents[1]
+CONFIG = load_config(ROOT / "config" / "config.yaml")
+
+
+# --------------------------------------------------------------------------- precision / recall
+def test_identical_sets_have_precision_and_recall_one():
+    x = torch.randn(50, 16, generator=torch.Generator().manual_seed(0))
+    assert pq.precision_recall(x, x.clone(), k=3) == (1.0, 1.0)
+
+
+def test_disjoint_far_sets_have_precision_and_recall_zero():
+    gen = torch.Generator().manual_seed(1)
+    real, fake = torch.randn(40, 8, generator=gen), torch.randn(40, 8, generator=gen) + 100.0
+    assert pq.precision_recall(real, fake, k=3) == (0.0, 0.0)
+
+
+def test_a_collapsed_fake_set_is_precise_but_has_low_recall():
+    gen = torch.Generator().manual_seed(2)
+    centres = torch.randn(10, 8, generator=gen) * 10          # ten well separated modes
+    real = (centres[:, None] + torch.randn(10, 20, 8, generator=gen) * 0.1).reshape(200, 8)
+    fake = centres[0] + torch.randn(200, 8, generator=gen) * 0.1   # one mode only
+    precision, recall = pq.precision_recall(real, fake, k=3)
+    assert precision > 0.7 and 0.05 < recall <= 0.1    # at most the one mode's 20 of 200
+
+
+def test_kth_neighbour_radius_excludes_the_point_itself_and_needs_enough_points():
+    x = torch.tensor([[0.0], [1.0], [3.0], [6.0]])
+    assert pq.kth_neighbour_radii(x, 1).tolist() == [1.0, 1.0, 2.0, 3.0]
+    assert pq.kth_neighbour_radii(x, 3).tolist() == [6.0, 5.0, 3.0, 6.0]
+    with pytest.raises(ValueError, match="more than k"):
+        pq.kth_neighbour_radii(x, 4)
+
+
+# --------------------------------------------------------------------------- recognition
+class _FixedLogits(nn.Module):
+    """A fake classifier: image i -> logits row i of a fixed table (image = its index)."""
+
+    def __init__(self, logits: torch.Tensor):
+        super().__init__()
+        self.register_buffer("logits", logits)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.logits[x[:, 0].long()]
+
+
+def test_recognition_rate_counts_confident_images_on_a_fake_classifier():
+    # softmax maxima 0.9, 0.5, 1/3 (uniform over three classes), 0.7
+    probs = torch.tensor([[0.9, 0.05, 0.05], [0.5, 0.25, 0.25], [1 / 3] * 3, [0.1, 0.7, 0.2]])
+    clf = _FixedLogits(probs.log())
+    conf, pred = pq.classify(clf, torch.arange(4.0)[:, None], batch_size=3)
+    assert conf.tolist() == pytest.approx([0.9, 0.5, 1 / 3, 0.7])
+    assert pred.tolist() == [0, 0, 0, 1]
+    assert pq.recognition_rate(conf, 0.5) == 0.75      # 0.5 itself counts
+    assert pq.recognition_rate(conf, 0.8) == 0.25
+    assert pq.recognition_rate(conf, 0.95) == 0.0
+
+
+# --------------------------------------------------------------------------- the measurement
+K, PER, RES = 6, 12, 8  # identities, images per identity, pixels
+
+
+def _population(seed: int = 0):
+    """Real 'faces': per identity a smooth random prototype plus small noise, in [-1, 1]."""
+    gen = torch.Generator().manual_seed(seed)
+    protos = torch.nn.functional.interpolate(torch.rand(K, 3, 2, 2, generator=gen) * 1.6 - 0.8,
+                                             size=(RES, RES), mode="bilinear")
+    protos = protos - protos.mean(dim=(1, 2, 3), keepdim=True)   # distinct, zero-mean patterns
+    labels = torch.arange(K).repeat_interleave(PER)
+    real = (protos[labels] + 0.05 * torch.randn(K * PER, 3, RES, RES, generator=gen)).clamp(-1, 1)
+    held = [i for i in range(K * PER) if i % PER < 2]     # two per identity held out
+    return protos, real, held
+
+
+class _CosineClassifier(nn.Module):
+    """A known instrument: logits = scale * cos(image, identity prototype)."""
+
+    def __init__(self, protos: torch.Tensor, scale: float = 10.0):
+        super().__init__()
+        self.register_buffer("protos", nn.functional.normalize(protos.flatten(1), dim=1))
+        self.scale = scale
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.scale * nn.functional.normalize(x.flatten(1), dim=1) @ self.protos.T
+
+
+def _embed(x: torch.Tensor) -> torch.Tensor:
+    return nn.functional.normalize(x.flatten(1), dim=1)
+
+
+class _ReplayPrior(nn.Module):
+    """A 'generator' that returns real images (latent -> image index): a perfect prior."""
+
+    def __init__(self, images: torch.Tensor):
+        super().__init__()
+        self.register_buffer("images", images)
+        self.z_dim, self.num_ws = 4, 1
+        self.anchor = nn.Parameter(torch.zeros(1))   # gives the module a device
+        self.mapping = lambda z, c, truncation_psi=1.0: z[:, None]
+        self.synthesis = self._synthesis
+
+    def _synthesis(self, ws, noise_mode="const", force_fp32=True):
+        idx = (ws[:, 0, 0].abs() * 1e4).long() % len(self.images)
+        return self.images[idx]
+
+
+def _untrained_generator() -> Generator:
+    return _untrained_generator_at(RES)
+
+
+def _measure(G):
+    protos, real, held = _population()
+    return pq.measure(G, _CosineClassifier(protos), _embed, real, held, samples=300, k=3,
+                      confidence=0.5, seed=0)
+
+
+def test_the_instrument_separates_real_faces_from_the_structure_free_floor():
+    q = _measure(_untrained_generator())
+    for stat in pq.STATISTICS:
+        assert q[stat]["ceiling"] > q[stat]["floor"], (stat, q[stat])
+    assert q["recognition"]["ceiling"] == 1.0 and q["precision"]["ceiling"] >= 0.5
+    assert q["n_reference"] == K * (PER - 2) and q["n_heldout"] == 2 * K == q["n_recall"]
+    assert q["identities_recognised"]["ceiling"] == K and q["n_identities"] == K
+
+
+def test_a_replay_prior_reaches_the_target_and_an_untrained_generator_does_not(caplog):
+    _, real, _ = _population()
+    good, bad = _measure(_ReplayPrior(real)), _measure(_untrained_generator())
+    for stat in pq.STATISTICS:
+        assert good[stat]["normalised"] >= 0.9, (stat, good[stat])
+        assert bad[stat]["normalised"] < 0.5, (stat, bad[stat])
+    assert good["identities_recognised"]["prior"] == K
+    # ... and the preconditions table says so, with one WARNING per failed statistic
+    record = {"good": json.loads(json.dumps(pq._finite(good))),
+              "bad": json.loads(json.dumps(pq._finite(bad)))}
+    with caplog.at_level(logging.WARNING, logger="atat.preconditions"):
+        df = pc.check_preconditions(_empty_summary(), {}, CONFIG, record)
+        assert pc.warn_failed(df) == 3
+    assert set(df["experiment"]) == {pc.PRIOR}
+    passed = {(r["model"], r["check"]): bool(r["passed"]) for _, r in df.iterrows()}
+    assert passed == {**{("generators/good", f"prior_{s}"): True for s in pq.STATISTICS},
+                      **{("generators/bad", f"prior_{s}"): False for s in pq.STATISTICS}}
+    assert all("generators/bad" in r.getMessage() and "generators.bad.train: steps"
+               in r.getMessage() for r in caplog.records)
+
+
+def test_the_samples_are_seeded():
+    G = _untrained_generator()
+    a = pq.generator_samples(G, 5, seed=3, resolution=RES)
+    assert torch.equal(a, pq.generator_samples(G, 5, seed=3, resolution=RES))
+    assert not torch.equal(a, pq.generator_samples(G, 5, seed=4, resolution=RES))
+    assert a.shape == (5, 3, RES, RES) and a.abs().max() <= 1
+
+
+def test_the_floor_has_the_real_pixels_mean_and_spread():
+    _, real, _ = _population()
+    floor = pq.gaussian_floor(real, 4000, seed=0)
+    assert floor.mean(0).sub(real.mean(0)).abs().max() < 0.05
+    assert floor.std(0).sub(real.std(0)).abs().mean() < 0.05
+
+
+def test_too_few_held_out_images_for_recall_give_nan_and_a_note():
+    protos, real, _ = _population()
+    q = pq.measure(_untrained_generator(), _CosineClassifier(protos), _embed, real, [0, 1],
+                   samples=50, k=3, confidence=0.5, seed=0)
+    assert all(math.isnan(q["recall"][s]) for s in ("prior", "ceiling", "floor", "normalised"))
+    assert "need more than k = 3" in q["notes"][0]
+
+
+def test_settings_name_the_missing_key():
+    from atat.config import ConfigError
+
+    with pytest.raises(ConfigError, match="prior_quality"):
+        pq.settings({"preconditions": {}})
+    with pytest.raises(ConfigError, match="confidence"):
+        pq.settings({"preconditions": {"prior_quality": {"samples": 5, "k": 3, "seed": 0}}})
+
+
+# --------------------------------------------------------------------------- files
+def test_the_rule_path_from_files_writes_a_strict_json_record(tmp_path):
+    """A synthfaces public pool, a 1-epoch public classifier and an untrained generator pickle
+    -> quality.json (strict JSON, NaN -> null) -> the preconditions rows (a NaN fails)."""
+    from atat.data.synthfaces import generate_synthfaces
+    from atat.inversion.evaluation import train_face_embedding
+    from atat.inversion.safe_pickle import save_stylegan_pickle
+
+    generate_synthfaces(tmp_path / "ds", n_private_identities=2, n_public_identities=3,
+                        images_per_identity=4, public_images_per_identity=8, resolution=32,
+                        seed=3, progress=False)
+    train_face_embedding(tmp_path / "ds", out_model=tmp_path / "face.pt",
+                         out_metrics=tmp_path / "face.json", resolution=32,
+                         training={"epochs": 1, "batch_size": 8, "lr_milestones": []},
+                         progress=False)
+    save_stylegan_pickle(tmp_path / "g.pkl", _untrained_generator_at(32))
+    record = pq.prior_quality(tmp_path / "g.pkl", tmp_path / "face.pt", tmp_path / "face.json",
+                              tmp_path / "ds", tmp_path / "g.quality.json",
+                              config_settings={**pq.settings(CONFIG), "samples": 64})
+    back = json.loads((tmp_path / "g.quality.json").read_text())
+    assert back["n_samples"] == 64 and back["n_identities"] == 3
+    assert back["n_heldout"] == 3 and back["n_reference"] == 21   # 1 of 8 per identity held out
+    assert back["recall"]["prior"] is None and record["generator_resolution"] == 32
+    rows = {r["check"]: r for r in pc.prior_rows({"g": back}, CONFIG)}
+    assert list(rows) == [f"prior_{s}" for s in pq.STATISTICS]
+    assert rows["prior_recall"]["passed"] is False and "missing" in rows["prior_recall"]["note"]
+    for stat in ("recognition", "precision"):
+        value = back[stat]["normalised"]
+        assert rows[f"prior_{stat}"]["value"] == pytest.approx(value if value is not None
+                                                               else math.nan, nan_ok=True)
+
+
+def _untrained_generator_at(resolution: int) -> Generator:
+    torch.manual_seed(0)
+    return Generator(z_dim=8, w_dim=8, img_resolution=resolution,
+                     mapping_kwargs=dict(num_layers=1),
+                     synthesis_kwargs=dict(channel_base=64, channel_max=8, conv_clamp=256)).eval()
+
+
+def _empty_summary():
+    import pandas as pd
+
+    return pd.DataFrame(columns=["dataset", "architecture", "defense", "seed", "test_acc"])
