@@ -509,3 +509,63 @@ def test_autoattack_job_and_config_share_one_settings_rule():
     with pytest.raises(ValueError, match="unknown setting apgd.n_queries"):
         config_module.check_autoattack_settings({"apgd": {"n_queries": 1}}, "custom")
     assert config_module.check_autoattack_settings(None, "standard") == {}
+
+
+# ------------------------------------------------------------------ statistics (issue 17)
+# The regression samples are declared per config (`statistics`); a name they use that the
+# config does not define -- or, with model inversion, a dataset/architecture the grid does
+# not plan, which would silently shrink n -- is an error naming the key, before any job.
+_LFW = {"source": "facescrub", "resolution": 224, "n_classes": 10, "generator": "ffhq",
+        "faces": True}
+STATISTICS_BAD = [
+    ("undefined dataset", ("statistics", "samples", "generic", "datasets"),
+     ["facescrub", "celeb_a"], ["statistics.samples.generic.datasets", "'celeb_a'",
+                                "not defined under 'datasets'"]),
+    ("undefined architecture", ("statistics", "samples", "gradient", "architectures"),
+     ["resnet152", "resnet15"], ["statistics.samples.gradient.architectures", "'resnet15'"]),
+    ("undefined defense", ("statistics", "samples", "generic", "defenses"),
+     ["nodef", "tldmi6"], ["statistics.samples.generic.defenses", "'tldmi6'",
+                           "not defined under 'defenses'"]),
+    ("undefined excluded defense", ("statistics", "samples", "generic", "exclude_defenses"),
+     ["bido_lx1e5"], ["statistics.samples.generic.exclude_defenses", "'bido_lx1e5'"]),
+    ("unknown defense type", ("statistics", "samples", "gradient", "defense_types"),
+     ["negls", "rolsss"], ["statistics.samples.gradient.defense_types", "'rolsss'"]),
+    ("undefined name in exclude_rows", ("statistics", "samples", "generic", "exclude_rows"),
+     [{"defense": "tldmi5", "architecture": ["resnet152", "densenet121"]}],
+     ["statistics.samples.generic.exclude_rows[0].architecture", "'densenet121'"]),
+    ("unknown sample key", ("statistics", "samples", "generic", "defence"), ["mid"],
+     ["statistics.samples.generic", "defence"]),
+    ("reference level outside a sample", ("statistics", "reference_levels", "dataset"),
+     "stanford_dogs", ["statistics.reference_levels.dataset", "'stanford_dogs'",
+                       "samples.generic.datasets"]),
+    ("undefined reference level", ("statistics", "reference_levels", "architecture"),
+     "resnet50", ["statistics.reference_levels.architecture", "'resnet50'"]),
+    ("no samples", ("statistics", "samples"), DELETE, ["statistics", "samples"]),
+]
+
+
+@pytest.mark.parametrize("desc,path,value,words", STATISTICS_BAD,
+                         ids=[c[0] for c in STATISTICS_BAD])
+def test_bad_statistics_samples_are_rejected_naming_the_key(desc, path, value, words):
+    with pytest.raises(ConfigError) as info:
+        validate_config(mutate(load_config(PAPER), path, value))
+    for word in words:
+        assert word in str(info.value), (word, str(info.value))
+
+
+def test_a_sample_dataset_the_grid_does_not_plan_is_an_error_with_inversion():
+    """A defined dataset no grid cell trains would make the sample fit fewer models than it
+    declares: an error when the statistics are built (model inversion configured), not
+    without them (a reduced config that attacks nothing never fits a regression)."""
+    cfg = mutate(load_config(PAPER), ("datasets", "lfw"), _LFW)
+    validate_config(cfg)                              # defined, unused: fine
+    cfg = mutate(cfg, ("statistics", "samples", "generic", "datasets"),
+                 ["facescrub", "celeba", "lfw"])
+    with pytest.raises(ConfigError, match=r"statistics.samples.generic.datasets: 'lfw' is "
+                                          r"not planned by the grid"):
+        validate_config(cfg)
+    validate_config(mutate(cfg, ("inversion", "attacks"), []))
+    # the demo declares its own samples, on its own cells
+    demo = load_config(PAPER, DEMO)
+    assert demo["statistics"]["samples"]["generic"]["datasets"] != \
+        load_config(PAPER)["statistics"]["samples"]["generic"]["datasets"]

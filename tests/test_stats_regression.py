@@ -233,14 +233,17 @@ def test_interaction_models_can_fit_worse_than_the_robust_model():
 
 
 def test_regressor_set_mapping_is_checked():
-    cfg = {"samples": {"s": {}}, "grids": [{"table": "T", "response": "y", "sample": "s",
-                                            "families": ["ols"], "regressor_sets": ["r"]}]}
+    cfg = {"grids": [{"table": "T", "response": "y", "sample": "s",
+                      "families": ["ols"], "regressor_sets": ["r"]}]}
+    stats = {"samples": {"s": {}}, "reference_levels": {}}
     with pytest.raises(ValueError, match="regressor set 'r'.*interaction_main_effects"):
-        expand_grids({**cfg, "regressor_sets": {"r": {"regressors": ["x"], "lag": 1}}})
+        expand_grids({**cfg, "regressor_sets": {"r": {"regressors": ["x"], "lag": 1}}},
+                     statistics=stats)
     with pytest.raises(ValueError, match="needs 'regressors'"):
-        expand_grids({**cfg, "regressor_sets": {"r": {"interaction_main_effects": False}}})
+        expand_grids({**cfg, "regressor_sets": {"r": {"interaction_main_effects": False}}},
+                     statistics=stats)
     (spec,) = expand_grids({**cfg, "regressor_sets": {
-        "r": {"regressors": ["x"], "interaction_main_effects": False}}})
+        "r": {"regressors": ["x"], "interaction_main_effects": False}}}, statistics=stats)
     assert spec["regressors"] == ["x"] and spec["interaction_main_effects"] is False
 
 
@@ -584,8 +587,14 @@ REGRESSION_FILE_CASES = [
     ("unknown key in a grid entry", lambda c: _edit_grids(c, familes=["ols"]),
      ["grids[0].familes"]),
     ("unknown key in defaults", lambda c: c["defaults"].update(cov="HC3"), ["defaults.cov"]),
-    ("unknown key in a sample", lambda c: c["samples"]["generic"].update(defence=["mid"]),
-     ["samples.generic.defence"]),
+    ("samples in the regressions file", lambda c: c.update(samples={"generic": {}}),
+     ["samples", "statistics.samples", "declared by the workflow config"]),
+    ("reference levels in the regressions file",
+     lambda c: c["defaults"].update(reference_levels={"dataset": "celeba"}),
+     ["defaults.reference_levels", "statistics.reference_levels"]),
+    ("the causal cell in the regressions file",
+     lambda c: c["causal"].update(sample={"dataset": "facescrub"}),
+     ["causal.sample", "workflow config"]),
     ("unknown key in a spec", lambda c: c.update(specs=[{"name": "x", "response": "y",
                                                          "regressors": ["a"], "famly": "ols"}]),
      ["specs[0].famly"]),
@@ -593,7 +602,10 @@ REGRESSION_FILE_CASES = [
      ["cost_of_privacy.term"]),
     ("unknown key in causal", lambda c: c["causal"].update(treatmnt="t"), ["causal.treatmnt"]),
     ("unknown sample", lambda c: _edit_grids(c, sample="generik"),
-     ["grids[0].sample", "generik"]),
+     ["grids[0].sample", "generik", "statistics.samples"]),
+    ("unknown sample of a spec", lambda c: c.update(specs=[{
+        "name": "x", "response": "ppa_attacc1", "regressors": ["test_acc"],
+        "sample": "gradiant"}]), ["specs[0].sample", "gradiant"]),
     ("unknown regressor set", lambda c: _edit_grids(c, regressor_sets=["joint", "robust"]),
      ["grids[0].regressor_sets", "'robust'"]),
     ("unknown table", lambda c: _edit_grids(c, table="T51"), ["grids[0].table", "T51"]),
@@ -634,3 +646,26 @@ def test_regressions_file_structure_is_checked_at_dag_time_too():
     cfg["grid"] = cfg.pop("grids")
     with pytest.raises(ConfigError, match="config/regressions.yaml: grid: unknown key"):
         expand_grids(cfg)
+
+
+def test_samples_and_reference_levels_come_from_the_workflow_config():
+    """Issue 17: the specifications name samples the workflow config declares
+    (`statistics.samples`); the demo's declaration replaces the paper's, and an explicit
+    spec may name a declared sample."""
+    import yaml
+
+    paper = load_config(ROOT / "config" / "config.yaml")["statistics"]
+    demo = load_config(ROOT / "config" / "config.yaml", ROOT / "config" / "demo.yaml")
+    cfg = yaml.safe_load(CONFIG.read_text())
+    cfg["specs"] = [{"name": "x", "response": "ppa_attacc1", "regressors": ["test_acc"],
+                     "sample": "gradient"}]
+    by_name = {s["name"]: s for s in expand_grids(cfg, statistics=demo["statistics"])}
+    generic = by_name["T15_ppa_generic_joint_ols"]
+    assert generic["sample"] == demo["statistics"]["samples"]["generic"]
+    assert generic["reference_levels"] == demo["statistics"]["reference_levels"]
+    assert by_name["x"]["sample"] == demo["statistics"]["samples"]["gradient"]
+    assert by_name["x"]["sample_name"] == "gradient"
+    default = {s["name"]: s for s in expand_grids(cfg)}     # no config: the paper's
+    assert default["T15_ppa_generic_joint_ols"]["sample"] == paper["samples"]["generic"]
+    assert default["T15_ppa_generic_joint_ols"]["reference_levels"] == \
+        {"dataset": "facescrub", "architecture": "resnet152"}

@@ -161,6 +161,7 @@ def _check_semantics(config: Mapping[str, Any]) -> None:
     _check_names(config)
     _check_early_stopping(config)
     _check_ranges(config)
+    _check_statistics(config)   # last: a reduced grid's own problems are named first
 
 
 #: keys accepted in ``autoattack.settings`` (version "custom"), per group: the one home of
@@ -243,6 +244,63 @@ def _check_ranges(config: Mapping[str, Any]) -> None:
 #: ``tables.table4_architecture`` when the config leaves it out (the paper's main
 #: architecture; atat.paper.main_architecture reads the same default).
 TABLE4_DEFAULT_ARCHITECTURE = "resnet152"
+
+
+def _check_statistics(config: Mapping[str, Any]) -> None:
+    """``statistics`` (issue 17): the regression samples name defined datasets,
+    architectures, defense variants and types; the reference levels are defined and in
+    every sample that lists its factor; and when the config runs model inversion (the
+    statistics need its leakage) every dataset and architecture a sample names is planned
+    by the grid -- a sample naming an unplanned one would silently fit fewer models than it
+    declares. The sample names the specifications use are checked with
+    config/regressions.yaml (atat.stats.regression.check_regressions)."""
+    from atat.defenses import REGISTRY as DEFENSE_TYPES
+
+    stats = config["statistics"]
+    pools = {"datasets": ("datasets", config["datasets"]),
+             "architectures": ("architectures", config["architectures"]),
+             "defenses": ("defenses", config["defenses"]),
+             "exclude_defenses": ("defenses", config["defenses"]),
+             "defense_types": ("the defense types of atat.defenses", DEFENSE_TYPES)}
+    columns = {"dataset": "datasets", "architecture": "architectures", "defense": "defenses",
+               "defense_type": "defense_types"}
+    grid_runs = [r for r in model_runs(config) if r.replicate is None]
+    planned = {"datasets": sorted({r.dataset for r in grid_runs}),
+               "architectures": sorted({r.architecture for r in grid_runs})}
+    check_planned = bool((config.get("inversion") or {}).get("attacks"))
+
+    def fail(key: str, msg: str) -> None:
+        raise ConfigError(f"invalid configuration: statistics.{key}: {msg}")
+
+    for name, sample in stats["samples"].items():
+        for key, (pool_name, pool) in pools.items():
+            for item in sample.get(key) or []:
+                if item not in pool:
+                    fail(f"samples.{name}.{key}", f"'{item}' is not defined under "
+                                                  f"'{pool_name}' (defined: {sorted(pool)})")
+                if check_planned and key in planned and item not in planned[key]:
+                    fail(f"samples.{name}.{key}",
+                         f"'{item}' is not planned by the grid (planned: {planned[key]}): "
+                         "the sample would silently lose its models; declare this config's "
+                         "own samples")
+        for i, rule in enumerate(sample.get("exclude_rows") or []):
+            for col, values in rule.items():
+                if col not in columns:
+                    continue
+                pool_name, pool = pools[columns[col]]
+                for item in values if isinstance(values, list) else [values]:
+                    if item not in pool:
+                        fail(f"samples.{name}.exclude_rows[{i}].{col}",
+                             f"'{item}' is not defined under '{pool_name}'")
+    for factor, key in (("dataset", "datasets"), ("architecture", "architectures")):
+        ref = stats["reference_levels"][factor]
+        if ref not in pools[key][1]:
+            fail(f"reference_levels.{factor}", f"'{ref}' is not defined under '{key}'")
+        for name, sample in stats["samples"].items():
+            if sample.get(key) and ref not in sample[key]:
+                fail(f"reference_levels.{factor}",
+                     f"'{ref}' is not one of samples.{name}.{key} {sample[key]} (the "
+                     "reference level of the factor's treatment coding)")
 
 
 def _check_names(config: Mapping[str, Any]) -> None:

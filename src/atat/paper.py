@@ -328,7 +328,7 @@ def _stats(plan: Plan) -> dict[str, list[str]]:
     from atat.stats.regression import expand_grids
 
     config, runs = plan.config, list(plan.runs)
-    specs = expand_grids(plan.regressions)
+    specs = expand_grids(plan.regressions, statistics=config.get("statistics"))
     cols = report.summary_columns(config)
     by_name = {s["name"]: s for s in specs}
 
@@ -553,7 +553,8 @@ def check(config: Mapping[str, Any], regressions: Mapping[str, Any],
         return  # the statistics entries need inversion leakage: they are not built
     from atat.stats.regression import expand_grids
 
-    names = {s["name"] for s in expand_grids(regressions)}
+    names = {s["name"] for s in expand_grids(regressions, regressions_path,
+                                             statistics=config.get("statistics"))}
     wanted = {"Figure 2 (atat.paper.FIGURE2_SPEC)": [FIGURE2_SPEC],
               "Table 5 (atat.paper.TABLE5_SPECS)": list(TABLE5_SPECS)}
     cop = (regressions.get("cost_of_privacy") or {}).get("spec")

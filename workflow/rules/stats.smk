@@ -20,6 +20,8 @@ rule regressions:
             category="Statistics",
             labels={"output": "all regression fits (tidy)"},
         ),
+    params:
+        statistics=config["statistics"],  # the samples the specs name (atat.stats.regression)
     log:
         "logs/stats/regressions.log",
     benchmark:
@@ -118,6 +120,8 @@ rule causal_tables:
             "results/tables/table22.md",
             "results/tables/table22.tex",
         ],
+    params:
+        causal=config.get("causal"),  # the experiment's cell: its one home is the config
     log:
         "logs/tables/table21_22.log",
     benchmark:
@@ -177,6 +181,7 @@ rule figure2:
         ),
     params:
         spec=FIGURE2_SPEC,
+        statistics=config["statistics"],
     log:
         "logs/figures/figure2.log",
     benchmark:

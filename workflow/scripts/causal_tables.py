@@ -6,11 +6,13 @@ setup(snakemake)  # noqa: F821
 
 import yaml  # noqa: E402
 
+from atat.stats.regression import causal_sample  # noqa: E402
 from atat.tables import causal_tables  # noqa: E402
 
 with open(snakemake.input.specs) as fh:  # noqa: F821
     c = yaml.safe_load(fh).get("causal") or {}
 causal_tables(snakemake.input.summary, snakemake.output.table21, snakemake.output.table22,  # noqa: F821
-              sample=c.get("sample"), treatment=c.get("treatment", "treatment"),
+              sample=causal_sample(snakemake.params.causal),  # noqa: F821
+              treatment=c.get("treatment", "treatment"),
               beta_responses=c.get("beta_responses", ["ppa_attacc1"]),
               ols_responses=c.get("ols_responses", ["ppa_attacc1", "ppa_dist_face"]))

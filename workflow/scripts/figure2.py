@@ -11,7 +11,8 @@ import pandas as pd  # noqa: E402
 from atat.figures import observed_vs_predicted  # noqa: E402
 from atat.stats.regression import load_specs  # noqa: E402
 
-spec = {s["name"]: s for s in load_specs(snakemake.input.specs)}[snakemake.params.spec]  # noqa: F821
+specs = load_specs(snakemake.input.specs, snakemake.params.statistics)  # noqa: F821
+spec = {s["name"]: s for s in specs}[snakemake.params.spec]  # noqa: F821
 info = observed_vs_predicted(pd.read_csv(snakemake.input.summary), spec,  # noqa: F821
                              snakemake.output[0])  # noqa: F821
 if "skipped" in info:  # the figure says so; the log says why

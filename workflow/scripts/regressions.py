@@ -13,7 +13,7 @@ from atat import io  # noqa: E402
 from atat.stats.regression import fit_all, load_specs  # noqa: E402
 
 summary = pd.read_csv(snakemake.input.summary)  # noqa: F821
-specs = load_specs(snakemake.input.specs)  # noqa: F821
+specs = load_specs(snakemake.input.specs, snakemake.params.statistics)  # noqa: F821
 tidy = fit_all(summary, specs)
 for spec, reason in tidy.loc[tidy["status"] == "skipped", ["spec", "reason"]].itertuples(index=False):
     logging.getLogger("regressions").warning("skipped %s: %s", spec, reason)

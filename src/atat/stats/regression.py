@@ -57,6 +57,8 @@ __all__ = [
     "SpecSkipped",
     "load_specs",
     "check_regressions",
+    "paper_statistics",
+    "causal_sample",
     "expand_grids",
     "select_sample",
     "build_design",
@@ -152,23 +154,66 @@ SPEC_KEYS = ("name", "response", "regressors", "sample_name", "regressor_set", *
 GRID_KEYS = ("table", "response", "response_label", "sample", "families", "regressor_sets",
              "controls", *(k for k in DEFAULTS if k not in ("family", "controls", "sample")))
 #: Top-level keys of config/regressions.yaml and the keys of its fixed-form sections.
-FILE_KEYS = {"defaults": None, "samples": None, "regressor_sets": None, "grids": None,
+FILE_KEYS = {"defaults": None, "regressor_sets": None, "grids": None,
              "specs": None, "cost_of_privacy": ("spec", "terms"),
-             "causal": ("sample", "treatment", "beta_responses", "ols_responses")}
+             "causal": ("treatment", "beta_responses", "ols_responses")}
+#: Keys of the workflow config's ``statistics`` section (declared per config, issue 17): the
+#: named estimation samples the specifications refer to and the reference levels of the
+#: dataset/architecture factors (the paper: FaceScrub / ResNet-152).
+STATISTICS_KEYS = ("samples", "reference_levels")
+#: Where the keys of a regressions file that belong to the workflow config live now.
+_MOVED_KEYS = {"samples": "statistics.samples",
+               "defaults.reference_levels": "statistics.reference_levels",
+               "causal.sample": "causal (dataset, architecture)"}
+
+
+def paper_statistics() -> dict[str, Any]:
+    """The ``statistics`` section of the paper config (``config/config.yaml``): what the
+    library uses when a caller gives no config (unit tests on simulated paper grids)."""
+    import yaml
+
+    path = Path(__file__).resolve().parents[3] / "config" / "config.yaml"
+    return dict(yaml.safe_load(path.read_text())["statistics"])
+
+
+def _statistics(statistics: Mapping[str, Any] | None) -> dict[str, Any]:
+    return paper_statistics() if statistics is None else dict(statistics)
+
+
+def causal_sample(causal: Mapping[str, Any] | None) -> dict[str, str] | None:
+    """The causal experiment's cell ``{dataset, architecture}`` (Tables 21/22) from the
+    workflow config's ``causal`` section (``causal``) -- its one home -- or None without one."""
+    c = causal
+    if not c:
+        return None
+    return {"dataset": str(c["dataset"]), "architecture": str(c["architecture"])}
 
 
 def check_regressions(config: Mapping[str, Any], path: str | Path = "config/regressions.yaml",
-                      tables: Iterable[str] | None = None) -> None:
+                      tables: Iterable[str] | None = None,
+                      statistics: Mapping[str, Any] | None = None) -> None:
     """Structure of a regressions file (``config/regressions.yaml``): unknown keys at the
-    top level, in ``defaults``, a sample, a grid entry, a spec, ``cost_of_privacy`` or
-    ``causal`` are errors (a typo such as ``grid:`` for ``grids:`` would silently give no
-    regression table), and every sample, regressor set, spec (``cost_of_privacy.spec``) and,
-    when ``tables`` is given, grid ``table`` named must exist.  Raises
-    :class:`atat.config.ConfigError` naming ``path`` and the key.  No statsmodels/torch."""
+    top level, in ``defaults``, a grid entry, a spec, ``cost_of_privacy`` or ``causal`` are
+    errors (a typo such as ``grid:`` for ``grids:`` would silently give no regression
+    table), and every sample (declared by the workflow config's ``statistics.samples``:
+    ``statistics``, default the paper config's), regressor set, spec
+    (``cost_of_privacy.spec``) and, when ``tables`` is given, grid ``table`` named must
+    exist.  A key that moved to the workflow config (``samples``,
+    ``defaults.reference_levels``, ``causal.sample``) is an error saying where it lives.
+    Raises :class:`atat.config.ConfigError` naming ``path`` and the key.  No
+    statsmodels/torch."""
     from atat.config import ConfigError
 
     def fail(key: str, msg: str) -> None:
         raise ConfigError(f"{path}: {key}: {msg}")
+
+    if isinstance(config, Mapping):
+        for key, home in _MOVED_KEYS.items():
+            head, _, tail = key.partition(".")
+            section = config.get(head) if tail else config
+            if isinstance(section, Mapping) and (tail or head) in section:
+                fail(key, f"declared by the workflow config ({home}; config/config.yaml, "
+                          "config/demo.yaml), not by the regressions file")
 
     def unknown(section: Any, allowed: Iterable[str], key: str) -> None:
         if not isinstance(section, Mapping):
@@ -185,10 +230,10 @@ def check_regressions(config: Mapping[str, Any], path: str | Path = "config/regr
         if allowed is not None and config.get(key) is not None:
             unknown(config[key], allowed, key)
     unknown(config.get("defaults") or {}, SPEC_KEYS, "defaults")
-    samples = config.get("samples") or {}
-    unknown(samples, samples, "samples")  # a mapping of names
+    samples = _statistics(statistics).get("samples") or {}
+    unknown(samples, samples, "statistics.samples")  # a mapping of names
     for name, sample in samples.items():
-        unknown(sample or {}, SAMPLE_KEYS, f"samples.{name}")
+        unknown(sample or {}, SAMPLE_KEYS, f"statistics.samples.{name}")
     regsets = config.get("regressor_sets") or {}
     unknown(regsets, regsets, "regressor_sets")
     for name, rs in regsets.items():
@@ -203,8 +248,9 @@ def check_regressions(config: Mapping[str, Any], path: str | Path = "config/regr
             if req not in grid:
                 fail(key, f"'{req}' is required")
         if grid["sample"] not in samples:
-            fail(f"{key}.sample", f"'{grid['sample']}' is not defined under 'samples' "
-                                  f"(defined: {sorted(samples)})")
+            fail(f"{key}.sample", f"'{grid['sample']}' is not a sample the workflow config "
+                                  f"declares under 'statistics.samples' "
+                                  f"(declared: {sorted(samples)})")
         for rs in grid["regressor_sets"]:
             if rs not in regsets:
                 fail(f"{key}.regressor_sets", f"'{rs}' is not defined under 'regressor_sets' "
@@ -220,25 +266,36 @@ def check_regressions(config: Mapping[str, Any], path: str | Path = "config/regr
                                  f"(known: {known_tables})")
     for i, spec in enumerate(config.get("specs") or []):
         unknown(spec, SPEC_KEYS, f"specs[{i}]")
+        if isinstance(spec.get("sample"), str) and spec["sample"] not in samples:
+            fail(f"specs[{i}].sample", f"'{spec['sample']}' is not a sample the workflow "
+                                       f"config declares under 'statistics.samples' "
+                                       f"(declared: {sorted(samples)})")
         if known_tables is not None and spec.get("table") and spec["table"] not in known_tables:
             fail(f"specs[{i}].table", f"'{spec['table']}' is not a regression table "
                                       f"(known: {known_tables})")
 
 
 def expand_grids(config: Mapping[str, Any],
-                 path: str | Path = "config/regressions.yaml") -> list[dict[str, Any]]:
+                 path: str | Path = "config/regressions.yaml",
+                 statistics: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
     """Expand a regressions config (see ``config/regressions.yaml``) into explicit specs.
 
     The config may hold ``specs`` (explicit list) and/or ``grids``; a grid entry names a
-    ``sample`` from ``samples`` and lists ``families``, ``regressor_sets`` (keys of
-    ``regressor_sets``) and ``controls``; it yields their Cartesian product.  Top-level
+    ``sample`` declared by the workflow config (``statistics``: its ``statistics`` section,
+    ``samples`` and ``reference_levels``; default the paper config's) and lists
+    ``families``, ``regressor_sets`` (keys of ``regressor_sets``) and ``controls``; it
+    yields their Cartesian product.  The config's ``reference_levels`` and then the file's
     ``defaults`` are applied to every spec.  A regressor set is a list of columns or a
     mapping ``{regressors: [...], interaction_main_effects: bool}`` (the form of the
     control's interaction that goes with it, e.g. Tables 17/20's ``acc + acc:factor``).
+    An explicit spec may name a declared sample (``sample: generic``) or give its filters.
     """
-    check_regressions(config, path)
+    stats = _statistics(statistics)
+    check_regressions(config, path, statistics=stats)
     defaults = dict(config.get("defaults") or {})
-    samples = dict(config.get("samples") or {})
+    if stats.get("reference_levels"):
+        defaults = {"reference_levels": dict(stats["reference_levels"]), **defaults}
+    samples = dict(stats.get("samples") or {})
     regsets = dict(config.get("regressor_sets") or {})
     specs: list[dict[str, Any]] = []
     for grid in config.get("grids") or []:
@@ -278,7 +335,11 @@ def expand_grids(config: Mapping[str, Any],
             }
             specs.append(spec)
     for spec in config.get("specs") or []:
-        specs.append({**defaults, **spec})
+        spec = {**defaults, **spec}
+        if isinstance(spec.get("sample"), str):
+            spec["sample_name"] = spec["sample"]
+            spec["sample"] = copy.deepcopy(samples[spec["sample"]])
+        specs.append(spec)
     names = [s["name"] for s in specs]
     dup = sorted({n for n in names if names.count(n) > 1})
     if dup:
@@ -292,16 +353,19 @@ def expand_grids(config: Mapping[str, Any],
     return [_norm_spec(s) for s in specs]
 
 
-def load_specs(path: str | Path) -> list[dict[str, Any]]:
-    """Read a regressions YAML file and return the explicit list of specifications."""
+def load_specs(path: str | Path, statistics: Mapping[str, Any] | None = None
+               ) -> list[dict[str, Any]]:
+    """Read a regressions YAML file and return the explicit list of specifications, with
+    the samples and reference levels of the workflow config's ``statistics`` section
+    (``statistics``; default the paper config's, ``config/config.yaml``)."""
     import yaml
 
     from atat.tables import REGRESSION_TABLES
 
     with open(path) as fh:
         config = yaml.safe_load(fh) or {}
-    check_regressions(config, path, tables=REGRESSION_TABLES)
-    return expand_grids(config, path)
+    check_regressions(config, path, tables=REGRESSION_TABLES, statistics=statistics)
+    return expand_grids(config, path, statistics=statistics)
 
 
 # --------------------------------------------------------------------------- data
