@@ -1,7 +1,17 @@
-"""Figures with matplotlib (Agg backend, no display)."""
+"""Figures with matplotlib (Agg backend, no display).
+
+Legibility rules every figure here follows (issue 17 item 6): text at least
+:data:`MIN_FONT_PT` points at the saved size, saved at :data:`DPI`; legends outside the data
+(beside the axes); more defenses than the colour cycle holds are told apart by a marker too
+(:func:`defense_style`); point labels never overlap (:func:`place_labels`); column titles of
+image grids wrapped to their column (:func:`wrap_title`); small images upscaled with
+nearest-neighbour interpolation (each pixel a visible square, nothing smoothed away).
+"""
 
 from __future__ import annotations
 
+import math
+import re
 import textwrap
 from pathlib import Path
 from typing import Mapping, Sequence
@@ -14,50 +24,171 @@ import pandas as pd  # noqa: E402
 
 from atat import io  # noqa: E402
 from atat.summary import robust_column  # noqa: E402
-from atat.paper import DEFENSE_LABELS  # noqa: E402
+from atat.paper import (ARCH_LABELS, ATTACK_NAMES, DATASET_LABELS,  # noqa: E402
+                        DEFENSE_LABELS, label)
+
+#: Saved resolution of every figure (dots per inch) and the smallest font size used (points).
+DPI = 120
+MIN_FONT_PT = 8
+#: AT-AT is drawn in red in every figure (the paper's Fig. 4); the other defenses take the
+#: remaining colours of matplotlib's cycle.
+ATAT_COLOR = "tab:red"
+_COLORS = [c for c in (matplotlib.colors.to_hex(c) for c in
+                       plt.rcParams["axes.prop_cycle"].by_key()["color"])
+           if c != matplotlib.colors.to_hex(ATAT_COLOR)]
+_MARKERS = ["o", "s", "^", "D", "v", "P", "X", "<", ">"]
+
+
+def defense_style(i: int) -> dict:
+    """Colour and marker of the ``i``-th defense: the colour cycle without AT-AT's red
+    first, then a new marker with each further pass over the colours (18 defenses: 9
+    colours x 2 markers)."""
+    return {"color": _COLORS[i % len(_COLORS)],
+            "marker": _MARKERS[(i // len(_COLORS)) % len(_MARKERS)]}
+
+
+def cell_title(dataset: str, arch: str | None = None) -> str:
+    """``FaceScrub / ResNet-152`` (the paper's typography, :mod:`atat.paper`)."""
+    return label(DATASET_LABELS, dataset) + (f" / {label(ARCH_LABELS, arch)}" if arch else "")
+
+
+def wrap_title(text: str, width_in: float, fontsize: float = MIN_FONT_PT) -> str:
+    """``text`` wrapped at word boundaries (hyphens too) to fit ``width_in`` inches at
+    ``fontsize`` points (an average glyph of DejaVu Sans is ~0.6 em wide; 0.62 is kept)."""
+    chars = max(4, int(width_in * 72 / (0.62 * fontsize)))
+    return "\n".join(textwrap.wrap(text, chars, break_on_hyphens=False)) or text
+
+
+def _boxes_overlap(a: tuple[float, float, float, float], b: tuple[float, float, float, float],
+                   pad: float = 0.0) -> bool:
+    return not (a[2] + pad <= b[0] or b[2] + pad <= a[0] or a[3] + pad <= b[1]
+                or b[3] + pad <= a[1])
+
+
+def place_labels(ax, xs: Sequence[float], ys: Sequence[float], texts: Sequence[str], *,
+                 fontsize: float = MIN_FONT_PT, marker_px: float = 8.0) -> list:
+    """Label the points ``(xs[i], ys[i])`` of ``ax`` with ``texts[i]`` so that no two labels
+    overlap, no label covers a point and every label stays inside the axes.
+
+    A deterministic greedy placement in display coordinates: labels are placed in the given
+    order, each at the first free position of a spiral of candidates around its point (8
+    directions, upper right first, at growing distance); failing that (a crowded panel) at
+    the free position of a grid over the axes nearest to the point. A label away from its
+    point gets a thin leader line. Call after the axes' limits and the figure's layout are
+    final (the positions are display coordinates). Returns the annotations."""
+    fig = ax.figure
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    to_pt = 72.0 / fig.dpi
+    ab = ax.get_window_extent(renderer)
+    axbox = (ab.x0 + 2, ab.y0 + 2, ab.x1 - 2, ab.y1 - 2)
+    pts = [tuple(ax.transData.transform((x, y))) for x, y in zip(xs, ys)]
+    r = marker_px / 2
+    taken = [(px - r, py - r, px + r, py + r) for px, py in pts]
+    sizes = []
+    for t in texts:
+        probe = ax.text(0, 0, t, fontsize=fontsize)
+        bb = probe.get_window_extent(renderer)
+        probe.remove()
+        sizes.append((bb.width, bb.height))
+    out = []
+    angles = [45, 0, 90, 135, 180, -45, -90, -135, 22.5, 67.5, 112.5, 157.5, -22.5, -67.5,
+              -112.5, -157.5]
+    for (px, py), t, (w, h) in zip(pts, texts, sizes):
+        def box_at(cx: float, cy: float) -> tuple[float, float, float, float]:
+            return (cx - w / 2, cy - h / 2, cx + w / 2, cy + h / 2)
+
+        def free(b: tuple[float, float, float, float]) -> bool:
+            return (b[0] >= axbox[0] and b[1] >= axbox[1] and b[2] <= axbox[2]
+                    and b[3] <= axbox[3] and not any(_boxes_overlap(b, o, 1.0) for o in taken))
+
+        best, ring = None, 0
+        for ring in range(12):
+            dist = r + 2 + ring * h * 0.75
+            for a in angles:
+                c, s = math.cos(math.radians(a)), math.sin(math.radians(a))
+                cx, cy = px + dist * c + c * w / 2, py + dist * s + s * h / 2
+                if free(box_at(cx, cy)):
+                    best = (cx, cy)
+                    break
+            if best:
+                break
+        if best is None:           # crowded: nearest free cell of a grid over the axes
+            cands = [(x0 + w / 2, y0 + h / 2)
+                     for x0 in _frange(axbox[0], axbox[2] - w, max(2.0, w / 4))
+                     for y0 in _frange(axbox[1], axbox[3] - h, max(2.0, h / 2))]
+            cands.sort(key=lambda c: (c[0] - px) ** 2 + (c[1] - py) ** 2)
+            best = next((c for c in cands if free(box_at(*c))), (px + r + w / 2, py))
+            ring = -1
+        taken.append(box_at(*best))
+        far = ring != 0          # not touching its point: a leader line says whose it is
+        out.append(ax.annotate(
+            t, (xs[len(out)], ys[len(out)]), xytext=((best[0] - px) * to_pt,
+                                                     (best[1] - py) * to_pt),
+            textcoords="offset points", ha="center", va="center", fontsize=fontsize,
+            annotation_clip=False,
+            arrowprops=dict(arrowstyle="-", lw=0.6, color="0.45", shrinkA=0, shrinkB=3)
+            if far else None))
+    return out
+
+
+def _frange(lo: float, hi: float, step: float) -> list[float]:
+    n = int((hi - lo) // step) + 1 if hi >= lo else 0
+    return [lo + i * step for i in range(n)]
+
+
+def _save(fig, out_png: str | Path, *, layout: bool = True) -> None:
+    if layout:
+        fig.tight_layout()
+    with io.atomic_path(out_png) as tmp:
+        fig.savefig(tmp, format="png", dpi=DPI)
+    plt.close(fig)
 
 
 def robust_accuracy_vs_epsilon(summary_csv: str | Path, out_png: str | Path, *,
                                epsilons: Sequence[float]) -> None:
     """One panel per (dataset, architecture): worst-case AutoAttack robust accuracy against
-    epsilon (log scale) for each defense; clean test accuracy drawn at the left edge."""
+    epsilon (log scale, [0, 1] pixel units) for each defense; clean test accuracy drawn as a
+    star at the left edge. AT-AT in red and thicker; one legend beside the panels."""
     df = pd.read_csv(summary_csv)
     eps = sorted(float(e) for e in epsilons)
     cols = [robust_column(e) for e in eps]
     panels = list(df.groupby(["dataset", "architecture"], sort=True))
-    fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 3.4), squeeze=False)
+    others = [d for d in dict.fromkeys(df["defense"])
+              if not (df.loc[df["defense"] == d, "defense_type"] == "atat").any()]
+    fig, axes = plt.subplots(1, len(panels), squeeze=False, layout="constrained",
+                             figsize=(4.2 * len(panels) + 2.2,
+                                      max(3.6, 0.2 * df["defense"].nunique() + 0.8)))
+    handles: dict[str, object] = {}
     for ax, ((dataset, arch), part) in zip(axes[0], panels):
         for defense, rows in part.groupby("defense", sort=False):
+            if rows["defense_type"].iloc[0] == "atat":
+                style = dict(marker="o", color=ATAT_COLOR, lw=2.5, zorder=3)
+            else:
+                style = defense_style(others.index(defense))
             mean = rows[cols].mean()
-            style = dict(lw=2.5, color="tab:red") if rows["defense_type"].iloc[0] == "atat" else {}
-            line, = ax.plot(eps, mean.values, marker="o",
-                            label=DEFENSE_LABELS.get(defense, defense), **style)
-            ax.scatter([eps[0] / 3], [rows["test_acc"].mean()], marker="*", s=80,
-                       color=line.get_color())
+            line, = ax.plot(eps, mean.values, ms=5, **style)
+            ax.scatter([eps[0] / 3], [rows["test_acc"].mean()], marker="*", s=70,
+                       color=line.get_color(), zorder=3)
+            handles.setdefault(defense, line)
         ax.set_xscale("log")
-        ax.set_ylim(-0.02, 1.02)
-        ax.set_xlabel("AutoAttack L-inf epsilon ([0,1] pixels)")
-        ax.set_ylabel("robust accuracy (worst case)")
-        ax.set_title(f"{dataset} / {arch}  (star: clean test acc.)", fontsize=9)
+        ax.set_ylim(-0.03, 1.03)
+        ax.set_xlabel("AutoAttack L∞ ε ([0, 1] pixel units)", fontsize=9)
+        ax.set_ylabel("robust accuracy (worst case)", fontsize=9)
+        ax.set_title(f"{cell_title(dataset, arch)}\n(★ at the left: clean test accuracy)",
+                     fontsize=9)
+        ax.tick_params(labelsize=MIN_FONT_PT)
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
-    fig.tight_layout()
-    with io.atomic_path(out_png) as tmp:
-        fig.savefig(tmp, format="png", dpi=120)
-    plt.close(fig)
-
-
-def _save(fig, out_png: str | Path) -> None:
-    fig.tight_layout()
-    with io.atomic_path(out_png) as tmp:
-        fig.savefig(tmp, format="png", dpi=120)
-    plt.close(fig)
+    fig.legend(list(handles.values()), [label(DEFENSE_LABELS, d) for d in handles],
+               loc="outside right upper", fontsize=MIN_FONT_PT, frameon=False)
+    _save(fig, out_png, layout=False)
 
 
 def observed_vs_predicted(summary: pd.DataFrame, spec: dict, out_png: str | Path) -> dict:
     """Figure 2: observed leakage against the leakage predicted by one regression spec
-    (normally Table 5's joint OLS, T15_ppa_generic_joint_ols), one point per model coloured
-    by defense, with the 45-degree line; R2 and MAE in the title. Returns n, R2 and MAE.
+    (normally Table 5's joint OLS, T15_ppa_generic_joint_ols), one point per model, one
+    colour/marker per defense (legend beside the axes), with the 45-degree line; R2 and MAE
+    in the title. Returns n, R2 and MAE.
 
     A spec that cannot be fitted on ``summary`` (:class:`atat.stats.regression.SpecSkipped`:
     too few models, missing columns, collinear design, ...) gives a figure that says so and
@@ -72,8 +203,8 @@ def observed_vs_predicted(summary: pd.DataFrame, spec: dict, out_png: str | Path
         fig, ax = plt.subplots(figsize=(4.6, 4.2))
         ax.axis("off")
         ax.text(0.5, 0.5, "\n".join(["Figure 2 not drawn:", f"spec {spec['name']} skipped",
-                                      *textwrap.wrap(reason, 48)]),
-                ha="center", va="center", fontsize=8, transform=ax.transAxes)
+                                      *textwrap.wrap(reason, 44)]),
+                ha="center", va="center", fontsize=9, transform=ax.transAxes)
         _save(fig, out_png)
         return {"skipped": reason}
     data = fit["data"]
@@ -87,38 +218,53 @@ def observed_vs_predicted(summary: pd.DataFrame, spec: dict, out_png: str | Path
         pred = res.model.predict(res.params, exog=X, which="mean")
     pred = pd.Series(pred.to_numpy() if hasattr(pred, "to_numpy") else pred, index=data.index)
     y = data[fit["spec"]["response"]]
-    fig, ax = plt.subplots(figsize=(4.6, 4.2))
+    fig, ax = plt.subplots(figsize=(6.4, 4.4))
+    atat = set(summary.loc[summary["defense_type"] == "atat", "defense"]
+               if "defense_type" in summary.columns else [])
+    others = 0
     for defense, idx in data.groupby("defense", sort=True).groups.items():
-        ax.scatter(pred.loc[idx], y.loc[idx], label=DEFENSE_LABELS.get(defense, defense), s=36)
+        if defense in atat:
+            style = dict(color=ATAT_COLOR, marker="o", edgecolor="black", zorder=3)
+        else:
+            style, others = defense_style(others), others + 1
+        ax.scatter(pred.loc[idx], y.loc[idx], label=label(DEFENSE_LABELS, defense), s=36,
+                   **style)
     lo = float(min(pred.min(), y.min(), 0.0))
     hi = float(max(pred.max(), y.max(), 1.0))
     ax.plot([lo, hi], [lo, hi], color="grey", lw=1, ls="--", label="observed = predicted")
     st = fit["stats"]
     r2 = st.get("r2", st.get("pseudo_r2"))
-    ax.set_xlabel(f"predicted {fit['spec']['response']} ({fit['spec']['family'].upper()})")
-    ax.set_ylabel(f"observed {fit['spec']['response']}")
-    ax.set_title(f"{fit['spec']['name']}\nR2={r2:.3f}  MAE={st['mae']:.3f}  n={st['n']}",
-                 fontsize=8)
+    response = metric_label(fit["spec"]["response"])
+    ax.set_xlabel(f"predicted {response} ({fit['spec']['family'].upper()} fit)", fontsize=9)
+    ax.set_ylabel(f"observed {response}", fontsize=9)
+    ax.set_title(f"{fit['spec']['name']}\nR² = {r2:.3f}   MAE = {st['mae']:.3f}   "
+                 f"n = {st['n']}", fontsize=9)
+    ax.tick_params(labelsize=MIN_FONT_PT)
+    ax.set_aspect("equal", adjustable="box")
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=7)
+    ax.legend(fontsize=MIN_FONT_PT, loc="upper left", bbox_to_anchor=(1.02, 1.0),
+              borderaxespad=0.0, frameon=False)
     _save(fig, out_png)
     return {"n": int(st["n"]), "r2": float(r2), "mae": float(st["mae"])}
 
 
 #: Figure 4 privacy metrics: column suffix -> axis label, and whether lower = more private.
 PRIVACY_METRICS = {"attacc1": ("AttAcc@1", True), "attacc5": ("AttAcc@5", True),
-                   "evalconf": ("EvalConf", True), "dist_face": ("delta_face (L2)", False),
-                   "dist_eval": ("delta_eval (L2)", False)}
+                   "evalconf": ("EvalConf", True), "dist_face": ("δ_face (squared L2)", False),
+                   "dist_eval": ("δ_eval (squared L2)", False)}
 
 
-def accuracy_vs_privacy(summary: pd.DataFrame, out_png: str | Path, *,
-                        attacks: Sequence[str] = ("ppa", "ifgmi", "ppdg"),
-                        metrics: Sequence[str] = ("attacc1",),
-                        architecture: str | None = "resnet152") -> int:
-    """Figure 4: clean test accuracy (x) against each privacy metric (y) for every defense,
-    one row of panels per attack and one column per (metric, dataset); AT-AT in red and larger.
-    Only attack/metric columns present in ``summary`` are drawn; returns the number of panels
-    (raises if there is none)."""
+def metric_label(column: str) -> str:
+    """``ppa_attacc1`` -> ``PPA AttAcc@1`` (a column that is no attack metric unchanged)."""
+    attack, _, metric = column.partition("_")
+    if attack in ATTACK_NAMES and metric in PRIVACY_METRICS:
+        return f"{ATTACK_NAMES[attack]} {PRIVACY_METRICS[metric][0]}"
+    return column
+
+
+def _accuracy_vs_privacy_figure(summary: pd.DataFrame, *, attacks: Sequence[str],
+                                metrics: Sequence[str], architecture: str | None):
+    """The figure of :func:`accuracy_vs_privacy`, labels placed, not saved: ``(fig, n)``."""
     df = summary
     if "treatment" in df.columns:
         df = df[df["treatment"].isna()]
@@ -133,8 +279,9 @@ def accuracy_vs_privacy(summary: pd.DataFrame, out_png: str | Path, *,
     rows = [a for a in attacks if any((a, m) in present for m in metrics)]
     cols = [(m, d) for m in metrics if any((a, m) in present for a in attacks) for d in datasets]
     fig, axes = plt.subplots(len(rows), len(cols), squeeze=False,
-                             figsize=(4.0 * len(cols), 3.3 * len(rows)))
+                             figsize=(4.6 * len(cols), 3.8 * len(rows)))
     drawn = 0
+    to_label = []
     for i, attack in enumerate(rows):
         for j, (metric, dataset) in enumerate(cols):
             ax = axes[i][j]
@@ -142,23 +289,51 @@ def accuracy_vs_privacy(summary: pd.DataFrame, out_png: str | Path, *,
                 ax.axis("off")
                 continue
             col = f"{attack}_{metric}"
-            label, lower_private = PRIVACY_METRICS.get(metric, (metric, True))
+            name, lower_private = PRIVACY_METRICS.get(metric, (metric, True))
             part = df[df["dataset"] == dataset].groupby(["defense", "defense_type"],
                                                           as_index=False)[["test_acc", col]].mean()
+            part = part.dropna(subset=["test_acc", col])
+            part = part.assign(is_atat=part["defense_type"] == "atat",
+                               name=[label(DEFENSE_LABELS, d) for d in part["defense"]])
+            part = part.sort_values(["is_atat", "name"], ascending=[False, True])
             for r in part.itertuples(index=False):
-                atat = r.defense_type == "atat"
-                ax.scatter(r.test_acc, getattr(r, col), s=90 if atat else 40,
-                           color="tab:red" if atat else "tab:blue", zorder=3 if atat else 2,
-                           edgecolor="black" if atat else "none")
-                ax.annotate(DEFENSE_LABELS.get(r.defense, r.defense), (r.test_acc, getattr(r, col)),
-                            fontsize=7, xytext=(3, 3), textcoords="offset points")
-            ax.set_xlabel("clean test accuracy")
-            ax.set_ylabel(f"{attack.upper()} {label} ({'lower' if lower_private else 'higher'}"
-                          " = more private)", fontsize=8)
-            ax.set_title(f"{dataset}" + (f" / {architecture}" if architecture else ""), fontsize=9)
+                ax.scatter(r.test_acc, getattr(r, col), s=90 if r.is_atat else 40,
+                           color="tab:red" if r.is_atat else "tab:blue",
+                           zorder=3 if r.is_atat else 2,
+                           edgecolor="black" if r.is_atat else "none")
+            ax.margins(0.15)
+            ax.autoscale_view()
+            ax.set_xlim(ax.get_xlim())
+            ax.set_ylim(ax.get_ylim())
+            ax.set_xlabel("clean test accuracy (fraction)", fontsize=9)
+            ax.set_ylabel(f"{label(ATTACK_NAMES, attack)} {name}\n"
+                          f"({'lower' if lower_private else 'higher'} = more private)",
+                          fontsize=9)
+            ax.set_title(cell_title(dataset, architecture), fontsize=9)
+            ax.tick_params(labelsize=MIN_FONT_PT)
             ax.grid(alpha=0.3)
+            to_label.append((ax, part, col))
             drawn += 1
-    _save(fig, out_png)
+    fig.tight_layout()
+    for ax, part, col in to_label:
+        place_labels(ax, part["test_acc"].tolist(), part[col].tolist(), part["name"].tolist(),
+                     marker_px=11.0)
+    return fig, drawn
+
+
+def accuracy_vs_privacy(summary: pd.DataFrame, out_png: str | Path, *,
+                        attacks: Sequence[str] = ("ppa", "ifgmi", "ppdg"),
+                        metrics: Sequence[str] = ("attacc1",),
+                        architecture: str | None = "resnet152") -> int:
+    """Figure 4: clean test accuracy (x) against each privacy metric (y) for every defense,
+    one row of panels per attack and one column per (metric, dataset); AT-AT in red and larger.
+    Each point is labelled with its defense, the labels placed so that none overlaps another
+    or a point (:func:`place_labels`; a leader line joins a label set away from its point).
+    Only attack/metric columns present in ``summary`` are drawn; returns the number of panels
+    (raises if there is none)."""
+    fig, drawn = _accuracy_vs_privacy_figure(summary, attacks=attacks, metrics=metrics,
+                                             architecture=architecture)
+    _save(fig, out_png, layout=False)
     return drawn
 
 
@@ -180,12 +355,28 @@ def first_training_images(dataset_root: str | Path, classes: Sequence[int], reso
     return out
 
 
-def reconstruction_grid(best_images: Mapping[str, str | Path], dataset_root: str | Path,
-                        out_png: str | Path, *, n_classes: int = 4, title: str = "") -> list[int]:
-    """Paper Fig. 3/6: per class (rows) a training image of the class beside each defense's
-    reconstruction (columns), the reconstruction chosen by maximum evaluation-model
-    confidence (not cherry-picked). ``best_images`` maps a defense to its ``best_images.pt``.
-    Rows are the first ``n_classes`` classes every defense attacked. Returns those classes."""
+def class_names(dataset_root: str | Path) -> list[str]:
+    """The dataset's class names (``meta.json``), index = label."""
+    from atat.data.manifest import read_dataset
+
+    return [str(n) for n in read_dataset(dataset_root, check_files=False)[1]["class_names"]]
+
+
+def class_label(names: Sequence[str], c: int, width: int = 16) -> str:
+    """``3`` or ``3 Aaron Eckhart`` (a name that says more than the number), shortened."""
+    name = names[c] if 0 <= c < len(names) else ""
+    numbered = re.fullmatch(rf"\D*0*{c}", name) is not None      # "priv_0003" says no more
+    text = f"{c}" if not name or numbered else f"{c} {name}"
+    return textwrap.shorten(text, width, placeholder="…") if len(text) > width else text
+
+
+#: Width of one image cell of the reconstruction grids and Figures 1/5 (inches): 150 px at
+#: :data:`DPI`, so a 32 px image is drawn ~4.7x (nearest-neighbour), a 128 px one ~1.2x.
+CELL_IN = 1.25
+
+
+def _reconstruction_grid_figure(best_images: Mapping[str, str | Path],
+                                dataset_root: str | Path, *, n_classes: int, title: str):
     import torch
 
     loaded = {d: io.torch_load(p) for d, p in best_images.items()}
@@ -195,25 +386,46 @@ def reconstruction_grid(best_images: Mapping[str, str | Path], dataset_root: str
         raise ValueError("no class was attacked in every model of the figure")
     first = loaded[next(iter(loaded))][classes[0]]["image"]
     reals = first_training_images(dataset_root, classes, int(first.shape[-1]))
-    cols = ["training image", *[DEFENSE_LABELS.get(d, d) for d in loaded]]
+    names = class_names(dataset_root)
+    cols = ["training image", *[label(DEFENSE_LABELS, d) for d in loaded]]
+    titles = [wrap_title(t, CELL_IN - 0.1) for t in cols]
+    title_lines = max(t.count("\n") + 1 for t in titles)
+    width = CELL_IN * len(cols) + 0.5
     fig, axes = plt.subplots(len(classes), len(cols), squeeze=False,
-                             figsize=(1.25 * len(cols), 1.35 * len(classes) + 0.4))
+                             figsize=(width, (CELL_IN + 0.3) * len(classes)
+                                      + 0.16 * title_lines + 0.6))
     for r, c in enumerate(classes):
         row = [(reals[c], None)] + [(v[c]["image"], v[c]["evalconf"]) for v in loaded.values()]
         for k, (img, conf) in enumerate(row):
             ax = axes[r][k]
-            ax.imshow(torch.as_tensor(img).permute(1, 2, 0).numpy())
+            ax.imshow(torch.as_tensor(img).permute(1, 2, 0).numpy(), interpolation="nearest")
             ax.set_xticks([])
             ax.set_yticks([])
             if r == 0:
-                ax.set_title(cols[k], fontsize=7)
+                ax.set_title(titles[k], fontsize=MIN_FONT_PT)
             if k == 0:
-                ax.set_ylabel(f"class {c}", fontsize=7)
+                ax.set_ylabel(wrap_title(f"class {class_label(names, c)}", CELL_IN),
+                              fontsize=MIN_FONT_PT)
             if conf is not None:
-                ax.set_xlabel(f"conf {conf:.2f}", fontsize=6)
+                ax.set_xlabel(f"EvalConf {conf:.2f}", fontsize=MIN_FONT_PT)
     if title:
-        fig.suptitle(title, fontsize=8)
-    _save(fig, out_png)
+        fig.suptitle(wrap_title(title, width - 0.3, 9), fontsize=9)
+    fig.tight_layout()
+    return fig, classes
+
+
+def reconstruction_grid(best_images: Mapping[str, str | Path], dataset_root: str | Path,
+                        out_png: str | Path, *, n_classes: int = 4, title: str = "") -> list[int]:
+    """Paper Fig. 3/6: per class (rows) a training image of the class beside each defense's
+    reconstruction (columns), the reconstruction chosen by maximum evaluation-model
+    confidence (not cherry-picked). ``best_images`` maps a defense to its ``best_images.pt``.
+    Rows are the first ``n_classes`` classes every defense attacked. Column titles are wrapped
+    to their column (:func:`wrap_title`), so they never run into each other whatever the
+    number of columns; images are drawn :data:`CELL_IN` inches wide with nearest-neighbour
+    upscaling. Returns the classes shown."""
+    fig, classes = _reconstruction_grid_figure(best_images, dataset_root, n_classes=n_classes,
+                                               title=title)
+    _save(fig, out_png, layout=False)
     return classes
 
 
@@ -221,8 +433,9 @@ def unseen_pixels_figure(mask_model: str | Path, dataset_root: str | Path,
                          best_images: str | Path, out_png: str | Path, *,
                          n_classes: int = 3) -> dict:
     """Paper Fig. 1: per class a training image, the same image as the Unseen-Pixels model
-    saw it (deleted pixels black) and the PPA reconstruction from that model. Returns the
-    classes shown and the kept pixel fraction."""
+    saw it (deleted pixels black) and the PPA reconstruction from that model (resized to the
+    training resolution). Images drawn :data:`CELL_IN` inches wide, nearest-neighbour.
+    Returns the classes shown and the kept pixel fraction."""
     import torch
     import torch.nn.functional as F
 
@@ -235,78 +448,170 @@ def unseen_pixels_figure(mask_model: str | Path, dataset_root: str | Path,
         raise ValueError(f"{best_images}: no reconstruction")
     res = int(mask.shape[-1])
     reals = first_training_images(dataset_root, classes, res)
+    names = class_names(dataset_root)
     kept = float(mask.amax(dim=0).mean())
     fig, axes = plt.subplots(len(classes), 3, squeeze=False,
-                             figsize=(4.2, 1.45 * len(classes) + 0.5))
+                             figsize=(3 * CELL_IN + 0.6, (CELL_IN + 0.15) * len(classes) + 0.5))
     for r, c in enumerate(classes):
         masked = (reals[c].float() * mask).round().to(torch.uint8)
         recon = best[c]["image"].float()[None]
         recon = F.interpolate(recon, size=(res, res), mode="bilinear", antialias=True,
                               align_corners=False)[0].clamp(0, 255).to(torch.uint8)
         for k, (img, title) in enumerate([(reals[c], "original"),
-                                          (masked, f"pixels kept {kept:.1%}"),
-                                          (recon, "PPA reconstruction")]):
+                                          (masked, f"as trained on\n({kept:.1%} pixels kept)"),
+                                          (recon, "PPA\nreconstruction")]):
             ax = axes[r][k]
             ax.imshow(img.permute(1, 2, 0).numpy(), interpolation="nearest")
             ax.set_xticks([])
             ax.set_yticks([])
             if r == 0:
-                ax.set_title(title, fontsize=7)
+                ax.set_title(title, fontsize=MIN_FONT_PT)
             if k == 0:
-                ax.set_ylabel(f"class {c}", fontsize=7)
+                ax.set_ylabel(wrap_title(f"class {class_label(names, c)}", CELL_IN),
+                              fontsize=MIN_FONT_PT)
     _save(fig, out_png)
     return {"classes": classes, "kept_pixel_fraction": kept}
 
 
-def adversarial_examples_figure(model_path: str | Path, dataset_root: str | Path,
-                                epsilons: Sequence[float], out_png: str | Path, *,
-                                n_images: int = 3, iterations: int = 20, seed: int = 0) -> dict:
-    """Paper Fig. 5: test images and their untargeted L-inf PGD adversarial examples at each
-    epsilon ([0, 1] pixel units, i.e. 2·eps in the model's [-1, 1] input space; step
-    2.5·eps/iterations, random start), with the model's prediction under each image.
-    Returns per epsilon the fraction of the shown images whose prediction changed and the
-    largest perturbation (pixel units)."""
+def select_adversarial_examples(misclassified: Mapping[float, Sequence[bool]], n: int
+                                ) -> list[int]:
+    """Figure 5's rows among a pool of clean-correct candidates (positions 0..P-1, in the
+    pool's seeded order): the candidates whose adversarial example is misclassified at the
+    smallest epsilon come first (lexicographic over ascending epsilon, misclassified before
+    not), ties broken by pool position; the first ``n``. So at the smallest epsilon where
+    any candidate flips, the first min(n, number flipped) rows flip there (and, the flips
+    being nested in epsilon, at every larger one too)."""
+    eps = sorted(misclassified)
+    size = len(misclassified[eps[0]]) if eps else 0
+    if any(len(misclassified[e]) != size for e in eps):
+        raise ValueError("misclassified: one flag per pool candidate at every epsilon")
+    order = sorted(range(size), key=lambda i: (tuple(not bool(misclassified[e][i])
+                                                      for e in eps), i))
+    return order[:n]
+
+
+def clean_correct_pool(forward, dataset, *, pool_size: int, seed: int, batch_size: int = 32
+                       ) -> tuple[list[int], int]:
+    """Test images the model classifies correctly when clean: the dataset is visited in a
+    seeded random order (``torch.randperm`` with ``seed``) and the first ``pool_size``
+    correctly classified ones are kept. Returns their dataset indices and how many images
+    were classified to find them."""
     import torch
 
-    from atat.data.loading import make_loader
+    order = torch.randperm(len(dataset), generator=torch.Generator().manual_seed(seed)).tolist()
+    pool: list[int] = []
+    seen = 0
+    for start in range(0, len(order), batch_size):
+        idx = order[start:start + batch_size]
+        x = torch.stack([dataset[i][0] for i in idx])
+        y = torch.tensor([dataset.targets[i] for i in idx])
+        with torch.no_grad():
+            ok = (forward(x).argmax(1) == y).tolist()
+        for i, good in zip(idx, ok):
+            seen += 1
+            if good:
+                pool.append(i)
+                if len(pool) == pool_size:
+                    return pool, seen
+    return pool, seen
+
+
+def adversarial_examples_figure(model_path: str | Path, dataset_root: str | Path,
+                                epsilons: Sequence[float], out_png: str | Path, *,
+                                n_images: int = 3, iterations: int = 20, seed: int = 0,
+                                pool_size: int = 32) -> dict:
+    """Paper Fig. 5: test images and their untargeted L∞ PGD adversarial examples at each
+    epsilon ([0, 1] pixel units, i.e. 2·eps in the model's [-1, 1] input space; step
+    2.5·eps/iterations, random start drawn from ``seed``).
+
+    Which images: a pool of ``pool_size`` test images the model classifies correctly when
+    clean (:func:`clean_correct_pool`, seeded order) is attacked at every epsilon; the rows
+    are the ``n_images`` of them whose adversarial example is misclassified at the smallest
+    epsilon (:func:`select_adversarial_examples`). Each column title gives how many of the
+    pool flip at that epsilon (or says none does); under each image its true class and the
+    model's prediction (red: misclassified). 32 px images are drawn ~4.7x, nearest-neighbour.
+
+    Returns per epsilon the fraction of the pool misclassified (``flipped``) and the largest
+    perturbation (``linf``, pixel units), the pool size, the rows' dataset indices
+    (``shown``), their true classes and clean / adversarial predictions."""
+    import torch
+
+    from atat.data.loading import ManifestDataset, build_transform
     from atat.pgd import pgd
     from atat.train import load_model
 
     model, defense, ckpt = load_model(model_path)
-    loader = make_loader(dataset_root, "test", resolution=int(ckpt["resolution"]),
-                         batch_size=n_images, train=False)
-    x, y = next(iter(loader))
+    ds = ManifestDataset(dataset_root, "test", build_transform(int(ckpt["resolution"]),
+                                                                  train=False))
 
     def forward(inp):
         return defense.logits(model, inp)
 
+    eps_list = sorted(float(e) for e in epsilons)
+    pool, scanned = clean_correct_pool(forward, ds, pool_size=pool_size, seed=seed)
+    info: dict = {"model_id": ckpt["model_id"], "pool": len(pool), "scanned": scanned,
+                  "flipped": {}, "linf": {}, "shown": [], "true": [], "clean_pred": [],
+                  "adv_pred": {}}
+    if not pool:
+        fig, ax = plt.subplots(figsize=(4.6, 2.0))
+        ax.axis("off")
+        ax.text(0.5, 0.5, "\n".join(textwrap.wrap(
+            f"Figure 5 not drawn: {ckpt['model_id']} classifies none of the {scanned} test "
+            "images correctly, so no adversarial flip can be shown.", 52)),
+            ha="center", va="center", fontsize=9, transform=ax.transAxes)
+        _save(fig, out_png)
+        return info
+    x = torch.stack([ds[i][0] for i in pool])
+    y = torch.tensor([ds.targets[i] for i in pool])
     gen = torch.Generator().manual_seed(seed)
-    columns = [("clean", x)]
-    flipped, linf = {}, {}
-    with torch.no_grad():
-        clean_pred = forward(x).argmax(1)
-    for eps in sorted(float(e) for e in epsilons):
+    advs, preds = {}, {}
+    for eps in eps_list:
         e = 2.0 * eps
         adv = pgd(forward, x, y, epsilon=e, step_size=2.5 * e / iterations,
                   iterations=iterations, targeted=False, generator=gen)
-        columns.append((f"eps = {eps:g}", adv))
-        linf[eps] = float((adv - x).abs().max()) / 2.0       # back to [0, 1] pixel units
         with torch.no_grad():
-            flipped[eps] = float((forward(adv).argmax(1) != clean_pred).float().mean())
-    fig, axes = plt.subplots(len(x), len(columns), squeeze=False,
-                             figsize=(1.5 * len(columns), 1.6 * len(x) + 0.4))
-    for k, (title, imgs) in enumerate(columns):
-        with torch.no_grad():
-            pred = forward(imgs).argmax(1)
-        for r in range(len(x)):
+            preds[eps] = forward(adv).argmax(1)
+        advs[eps] = adv
+        info["linf"][eps] = float((adv - x).abs().max()) / 2.0   # back to [0, 1] pixel units
+        info["flipped"][eps] = float((preds[eps] != y).float().mean())
+    rows = select_adversarial_examples({e: (preds[e] != y).tolist() for e in eps_list},
+                                       n_images)
+    names = [str(n) for n in ds.class_names]
+    info["shown"] = [pool[i] for i in rows]
+    info["true"] = [int(y[i]) for i in rows]
+    info["clean_pred"] = info["true"]             # the pool is clean-correct by construction
+    info["adv_pred"] = {e: [int(preds[e][i]) for i in rows] for e in eps_list}
+
+    def title(eps: float) -> str:
+        k = int((preds[eps] != y).sum())
+        flips = (f"{k}/{len(pool)} flipped" if k else f"none of {len(pool)} flipped")
+        return f"ε = {eps:g}\n{flips}"
+
+    columns = [("clean", x, None)] + [(title(e), advs[e], preds[e]) for e in eps_list]
+    fig, axes = plt.subplots(len(rows), len(columns), squeeze=False,
+                             figsize=(CELL_IN * 1.15 * len(columns) + 0.3,
+                                      (CELL_IN + 0.55) * len(rows) + 0.9))
+    for k, (head, imgs, pred) in enumerate(columns):
+        for r, i in enumerate(rows):
             ax = axes[r][k]
-            ax.imshow(((imgs[r].clamp(-1, 1) + 1) / 2).permute(1, 2, 0).numpy(),
+            ax.imshow(((imgs[i].clamp(-1, 1) + 1) / 2).permute(1, 2, 0).numpy(),
                       interpolation="nearest")
             ax.set_xticks([])
             ax.set_yticks([])
-            ax.set_xlabel(f"pred {int(pred[r])} (true {int(y[r])})", fontsize=6)
+            true = int(y[i])
+            if pred is None:
+                text, colour = f"true {class_label(names, true, 14)}\n(correct)", "black"
+            else:
+                p = int(pred[i])
+                wrong = p != true
+                text = (f"pred {class_label(names, p, 14)}\n"
+                        + ("misclassified" if wrong else "unchanged"))
+                colour = "tab:red" if wrong else "0.35"
+            ax.set_xlabel(text, fontsize=MIN_FONT_PT, color=colour)
             if r == 0:
-                ax.set_title(title, fontsize=7)
-    fig.suptitle(f"PGD adversarial examples, {ckpt['model_id']}", fontsize=8)
+                ax.set_title(head, fontsize=MIN_FONT_PT + 1)
+    fig.suptitle(wrap_title(f"Untargeted L∞ PGD ({iterations} steps) adversarial examples, "
+                            f"{ckpt['model_id']}; rows: correctly classified test images",
+                            CELL_IN * 1.15 * len(columns), 9), fontsize=9)
     _save(fig, out_png)
-    return {"flipped": flipped, "linf": linf, "model_id": ckpt["model_id"]}
+    return info

@@ -67,35 +67,40 @@ rule preconditions:
         "../scripts/preconditions_table.py"
 
 
-rule robustness_table:
-    input:
-        summary="results/summary.csv",
-    output:
-        report(
-            "results/tables/table{robtable}.csv",
-            caption="../report/robustness_table.rst",
-            category="Tables",
-            subcategory="App. F.4 AutoAttack",
-            labels={"table": "{robtable}"},
-        ),
-        "results/tables/table{robtable}.md",
-        "results/tables/table{robtable}.tex",
-    wildcard_constraints:
-        robtable=_alt(ROBUSTNESS_TABLE_EPS),
-    params:
-        eps=lambda wc: ROBUSTNESS_TABLE_EPS[wc.robtable],
-    log:
-        "logs/tables/table{robtable}.log",
-    benchmark:
-        "benchmarks/tables/table{robtable}.tsv"
-    threads: 1
-    resources:
-        mem_mb=3000,  # each job imports torch (~1 GB per Snakemake process)
-        runtime=10,
-    conda:
-        "../../envs/stats.yaml"
-    script:
-        "../scripts/robustness_table.py"
+# Tables 11-14, one rule each (named after the table) for every tabulated epsilon the
+# config runs (atat.paper.table_rules).
+for _table in table_rules(PLAN, "robustness_table"):
+
+    rule:
+        name:
+            _table
+        input:
+            summary="results/summary.csv",
+        output:
+            report(
+                f"results/tables/{_table}.csv",
+                caption="../report/robustness_table.rst",
+                category="Tables",
+                subcategory="App. F.4 AutoAttack",
+                labels={"table": table_number(_table)},
+            ),
+            f"results/tables/{_table}.md",
+            f"results/tables/{_table}.tex",
+        params:
+            number=table_number(_table),
+            eps=ROBUSTNESS_TABLE_EPS[table_number(_table)],
+        log:
+            f"logs/tables/{_table}.log",
+        benchmark:
+            f"benchmarks/tables/{_table}.tsv"
+        threads: 1
+        resources:
+            mem_mb=3000,  # each job imports torch (~1 GB per Snakemake process)
+            runtime=10,
+        conda:
+            "../../envs/stats.yaml"
+        script:
+            "../scripts/robustness_table.py"
 
 
 rule figure_robustness:
@@ -137,6 +142,7 @@ rule figure5:
         ),
     params:
         epsilons=config["autoattack"]["epsilons"],
+        seed=config["autoattack"]["seed"],  # order of the test images, PGD random start
     log:
         "logs/figures/figure5.log",
     benchmark:

@@ -1,0 +1,333 @@
+"""Legibility of the figures (issue 17 item 6): Figure 5 shows correctly classified images and
+prefers those that flip, Figure 4's point labels never overlap, the reconstruction grids'
+column titles never run into each other, legends stay off the data, fonts >= 8 pt."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import matplotlib.text
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from atat import figures, io
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests"))
+
+EPS = [0.031, 0.0025, 0.0005, 1e-05]
+#: every defense of the demo and the paper grid: the longest labels of atat.paper
+DEFENSES = {"nodef": "nodef", "nodef_es": "nodef", "mid": "mid", "bido": "bido",
+            "bido_lx1e3": "bido", "bido_lx1e4": "bido", "tldmi": "tldmi", "tldmi5": "tldmi",
+            "negls": "negls", "rolss": "rolss", "rolss_ssf": "rolss_ssf", "trap_mid": "trap_mid",
+            "trap_mid_star": "trap_mid", "atat": "atat", "at": "at", "permuted": "nodef",
+            "unseen_pixels_gl": "pixel_mask", "unseen_pixels_agl": "pixel_mask",
+            "unseen_pixels": "pixel_mask"}
+
+
+@pytest.fixture
+def saved(monkeypatch):
+    """The figures the builders save, kept open for inspection (``_save`` still writes)."""
+    figs = []
+    real = figures._save
+
+    def keep(fig, out_png, **kw):
+        from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+        figs.append(fig)
+        real(fig, out_png, **kw)
+        FigureCanvasAgg(fig)        # plt.close detached its canvas: one to draw on again
+
+    monkeypatch.setattr(figures, "_save", keep)
+    return figs
+
+
+def crowded_summary(seed: int = 0) -> pd.DataFrame:
+    """All 19 defenses of one cell within a few points of each other (the demo's situation:
+    the labels of Figure 4 have little room)."""
+    rng = np.random.default_rng(seed)
+    rows = []
+    for d, dtype in DEFENSES.items():
+        r = {"dataset": "synthfaces", "architecture": "resnet18", "defense": d,
+             "defense_type": dtype, "seed": 0, "treatment": np.nan,
+             "test_acc": 0.55 + rng.normal(0, 0.02)}
+        for e, level in zip(EPS, (0.0, 0.2, 0.4, 0.55)):
+            r[f"robust_acc_eps{e:g}"] = float(np.clip(level + rng.normal(0, 0.03), 0, 1))
+        for a in ("ppa", "ifgmi", "ppdg"):
+            r[f"{a}_attacc1"] = 0.3 + rng.normal(0, 0.03)
+            r[f"{a}_dist_face"] = 1.0 + rng.normal(0, 0.04)
+        rows.append(r)
+    rows.append({**rows[0], "defense": "tldmi", "defense_type": "tldmi"})   # a coincident point
+    return pd.DataFrame(rows)
+
+
+def _extent(artist, renderer):
+    return matplotlib.text.Text.get_window_extent(artist, renderer)
+
+
+def _overlap(a, b) -> bool:
+    return a.x0 < b.x1 and b.x0 < a.x1 and a.y0 < b.y1 and b.y0 < a.y1
+
+
+def _small_fonts(fig) -> list[tuple[str, float]]:
+    return [(t.get_text(), t.get_fontsize()) for t in fig.findobj(matplotlib.text.Text)
+            if t.get_text().strip() and t.get_visible()
+            and t.get_fontsize() < figures.MIN_FONT_PT]
+
+
+# ----------------------------------------------------------------------------- Figure 4
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_figure4_labels_do_not_overlap_each_other_or_the_points(tmp_path, seed):
+    fig, n = figures._accuracy_vs_privacy_figure(
+        crowded_summary(seed), attacks=["ppa", "ifgmi"], metrics=["attacc1", "dist_face"],
+        architecture="resnet18")
+    assert n == 4
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    for ax in fig.axes:
+        anns = [c for c in ax.get_children() if isinstance(c, matplotlib.text.Annotation)]
+        assert len(anns) == len(DEFENSES)                 # every defense labelled once
+        boxes = [_extent(a, renderer) for a in anns]
+        axbox = ax.get_window_extent(renderer)
+        points = [ax.transData.transform(a.xy) for a in anns]
+        for i, b in enumerate(boxes):
+            assert axbox.x0 <= b.x0 and b.x1 <= axbox.x1 and axbox.y0 <= b.y0 <= b.y1 <= axbox.y1
+            assert not any(_overlap(b, o) for o in boxes[i + 1:]), anns[i].get_text()
+            assert not any(b.contains(*p) for p in points), anns[i].get_text()
+    assert not _small_fonts(fig)
+
+
+def test_figure4_names_the_attack_and_says_which_way_is_private(tmp_path, saved):
+    figures.accuracy_vs_privacy(crowded_summary(), tmp_path / "f4.png",
+                                metrics=["attacc1", "dist_face"], architecture="resnet18")
+    ylabels = [ax.get_ylabel() for ax in saved[0].axes]
+    assert "PPA AttAcc@1\n(lower = more private)" in ylabels
+    assert "IF-GMI δ_face (squared L2)\n(higher = more private)" in ylabels
+    assert {ax.get_title() for ax in saved[0].axes} == {"SynthFaces / ResNet-18"}
+
+
+def test_place_labels_spreads_labels_of_coincident_points():
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(3, 2.5))
+    ax.set_xlim(0, 1)
+    ax.set_ylim(0, 1)
+    anns = figures.place_labels(ax, [0.5] * 6, [0.5] * 6, [f"defense {i}" for i in range(6)])
+    fig.canvas.draw()
+    boxes = [_extent(a, fig.canvas.get_renderer()) for a in anns]
+    assert all(not _overlap(a, b) for i, a in enumerate(boxes) for b in boxes[i + 1:])
+    axbox = ax.get_window_extent(fig.canvas.get_renderer())
+    assert all(axbox.x0 <= b.x0 and b.x1 <= axbox.x1 for b in boxes)
+    plt.close(fig)
+
+
+# ----------------------------------------------------------- robustness figure, Figure 2
+
+def test_robustness_figure_legend_beside_the_data_and_atat_red(tmp_path, saved):
+    csv = tmp_path / "summary.csv"
+    crowded_summary().to_csv(csv, index=False)
+    figures.robust_accuracy_vs_epsilon(csv, tmp_path / "r.png", epsilons=EPS)
+    fig = saved[0]
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    legend = fig.legends[0]
+    assert len(legend.get_texts()) == len(DEFENSES)
+    assert not any(_overlap(legend.get_window_extent(renderer), ax.get_window_extent(renderer))
+                   for ax in fig.axes)
+    colours = {t.get_text(): h.get_color() for t, h in zip(legend.get_texts(),
+                                                          legend.legend_handles)}
+    assert colours["AT-AT"] == figures.ATAT_COLOR
+    assert figures.ATAT_COLOR not in [c for k, c in colours.items() if k != "AT-AT"]
+    styles = {(h.get_color(), h.get_marker()) for h in legend.legend_handles}
+    assert len(styles) == len(DEFENSES)                   # every defense told apart
+    assert "[0, 1] pixel units" in fig.axes[0].get_xlabel()
+    assert not _small_fonts(fig)
+
+
+def test_figure2_legend_beside_the_data(tmp_path, saved):
+    from test_tables import simulated_summary
+
+    from atat.stats.regression import load_specs
+
+    specs = {s["name"]: s for s in load_specs(ROOT / "config" / "regressions.yaml")}
+    figures.observed_vs_predicted(simulated_summary(), specs["T15_ppa_generic_joint_ols"],
+                                  tmp_path / "f2.png")
+    fig = saved[0]
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    ax = fig.axes[0]
+    assert not _overlap(ax.get_legend().get_window_extent(renderer),
+                        ax.get_window_extent(renderer))
+    assert ax.get_ylabel() == "observed PPA AttAcc@1"
+    assert not _small_fonts(fig)
+
+
+# ------------------------------------------------------------------ reconstruction grids
+
+def _grid_inputs(tmp_path, defenses, resolution=32):
+    from atat.data.synthfaces import generate_synthfaces
+
+    generate_synthfaces(tmp_path / "ds", n_private_identities=2, n_public_identities=1,
+                        images_per_identity=6, public_images_per_identity=1,
+                        resolution=resolution, seed=1, progress=False)
+    paths = {}
+    for i, d in enumerate(defenses):
+        best = {c: {"evalconf": 0.05 * i,
+                    "image": torch.full((3, resolution, resolution), 10 * i, dtype=torch.uint8)}
+                for c in (0, 1)}
+        paths[d] = tmp_path / f"{d}.pt"
+        io.torch_save(best, paths[d])
+    return paths
+
+
+@pytest.mark.parametrize("n_defenses", [2, len(DEFENSES)])
+def test_reconstruction_grid_titles_do_not_overlap(tmp_path, n_defenses):
+    paths = _grid_inputs(tmp_path, list(DEFENSES)[-n_defenses:])
+    title = "PPA reconstructions, synthfaces / resnet18 (each: max. evaluation confidence)"
+    fig, classes = figures._reconstruction_grid_figure(paths, tmp_path / "ds" / "private",
+                                                       n_classes=4, title=title)
+    assert classes == [0, 1]
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    titles = [ax.title for ax in fig.axes if ax.title.get_text()]
+    assert len(titles) == n_defenses + 1
+    boxes = [t.get_window_extent(renderer) for t in titles]
+    assert all(not _overlap(a, b) for i, a in enumerate(boxes) for b in boxes[i + 1:])
+    figbox = fig.bbox
+    sup = fig._suptitle.get_window_extent(renderer)
+    assert figbox.x0 <= sup.x0 and sup.x1 <= figbox.x1 and sup.y1 <= figbox.y1
+    assert not any(_overlap(sup, b) for b in boxes)
+    assert all(im.get_interpolation() == "nearest" for ax in fig.axes for im in ax.images)
+    assert not _small_fonts(fig)
+
+
+def test_reconstruction_grid_puts_the_training_image_beside_each_defense(tmp_path):
+    paths = _grid_inputs(tmp_path, ["nodef", "atat"])
+    io.torch_save({1: io.torch_load(paths["atat"])[1]}, paths["atat"])   # AT-AT: class 1 only
+    out = tmp_path / "grid.png"
+    assert figures.reconstruction_grid(paths, tmp_path / "ds" / "private", out) == [1]
+    assert out.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_wrap_title_fits_the_column():
+    wrapped = figures.wrap_title("Unseen-Pixels mask stage 1 (GL)", 1.15)
+    assert wrapped.count("\n") >= 1
+    assert max(len(line) for line in wrapped.split("\n")) <= int(1.15 * 72 / (0.62 * 8))
+
+
+# ----------------------------------------------------------------------------- Figure 5
+
+def test_select_adversarial_examples_prefers_flips_at_the_smallest_epsilon():
+    mis = {0.031: [True, True, True, True, False],
+           0.0025: [False, True, False, True, False],
+           0.0005: [False, False, False, True, False],
+           1e-05: [False] * 5}
+    assert figures.select_adversarial_examples(mis, 3) == [3, 1, 0]
+    assert figures.select_adversarial_examples(mis, 10) == [3, 1, 0, 2, 4]
+    assert figures.select_adversarial_examples({0.1: [False, False]}, 1) == [0]   # pool order
+    with pytest.raises(ValueError, match="one flag per pool candidate"):
+        figures.select_adversarial_examples({0.1: [True], 0.2: [True, False]}, 1)
+
+
+class _Labelled:
+    """A stand-in dataset: image i is the constant i, its label ``labels[i]``."""
+
+    def __init__(self, labels):
+        self.targets = list(labels)
+
+    def __len__(self):
+        return len(self.targets)
+
+    def __getitem__(self, i):
+        return torch.full((1, 2, 2), float(i)), self.targets[i]
+
+
+def test_clean_correct_pool_skips_misclassified_images():
+    labels = [0, 1, 0, 1, 0, 1, 0, 1, 0, 1]
+    ds = _Labelled(labels)
+
+    def always_one(x):                                   # right on the odd images only
+        return torch.tensor([[0.0, 1.0]]).repeat(len(x), 1)
+
+    order = torch.randperm(len(ds), generator=torch.Generator().manual_seed(3)).tolist()
+    pool, seen = figures.clean_correct_pool(always_one, ds, pool_size=3, seed=3, batch_size=4)
+    assert pool == [i for i in order if labels[i] == 1][:3]
+    assert all(labels[i] == 1 for i in pool)
+    assert seen == order.index(pool[-1]) + 1             # stopped once the pool was full
+    pool_all, seen_all = figures.clean_correct_pool(always_one, ds, pool_size=50, seed=3)
+    assert sorted(pool_all) == [1, 3, 5, 7, 9] and seen_all == len(ds)
+    assert figures.clean_correct_pool(always_one, ds, pool_size=3, seed=3)[0] == pool  # seeded
+
+
+@pytest.fixture(scope="module")
+def tiny_model(tmp_path_factory):
+    """A ResNet-18 trained one epoch on a 16 px synthetic dataset (only the checkpoint format
+    matters: the tests below overwrite its head)."""
+    from atat.data.synthfaces import generate_synthfaces
+    from atat.train import TrainSpec, train
+
+    tmp = tmp_path_factory.mktemp("fig5")
+    generate_synthfaces(tmp / "ds", n_private_identities=3, n_public_identities=1,
+                        images_per_identity=20, public_images_per_identity=1, resolution=16,
+                        seed=1, progress=False)
+    recipe = {"optimizer": "adam", "lr": 1e-3, "betas": [0.9, 0.999], "weight_decay": 0.0,
+              "batch_size": 8, "epochs": 1, "lr_milestones": [], "lr_gamma": 0.1,
+              "eval_every": 1, "checkpoint_every": 1, "pretrained": False, "num_workers": 0}
+    aug = {"random_resized_crop": False, "rrc_scale": [0.85, 1.0], "horizontal_flip": False,
+           "color_jitter": False, "jitter": {"brightness": 0.2, "contrast": 0.2,
+                                              "saturation": 0.1, "hue": 0.1}}
+    spec = TrainSpec(model_id="t/resnet18/nodef/seed0", dataset_root=str(tmp / "ds/private"),
+                     resolution=16, n_classes=3, architecture="resnet18",
+                     defense={"type": "nodef"}, training=recipe, augmentation=aug, seed=0)
+    train(spec, out_model=tmp / "m.pt", out_metrics=tmp / "m.json", resume_path=tmp / "r.pt",
+          progress=False)
+    return tmp
+
+
+def test_figure5_skips_misclassified_images_and_stays_within_each_epsilon(tiny_model,
+                                                                          tmp_path, saved):
+    from atat.data.loading import ManifestDataset
+    from atat.train import load_model
+
+    root = tiny_model / "ds" / "private"
+    labels = ManifestDataset(root, "test").targets
+    seed = 5
+    order = torch.randperm(len(labels), generator=torch.Generator().manual_seed(seed)).tolist()
+    # the model answers class k whatever the image: k is not the class of the first image of
+    # the seeded order, so the first example(s) are misclassified and must be skipped
+    k = next(labels[i] for i in order if labels[i] != labels[order[0]])
+    ckpt = io.torch_load(tiny_model / "m.pt")
+    ckpt["state_dict"]["head.weight"].zero_()
+    ckpt["state_dict"]["head.bias"].copy_(torch.nn.functional.one_hot(torch.tensor(k), 3) * 5.0)
+    io.torch_save(ckpt, tmp_path / "k.pt")
+    out = figures.adversarial_examples_figure(tmp_path / "k.pt", root, [1e-5, 0.5],
+                                              tmp_path / "fig5.png", n_images=3, iterations=3,
+                                              seed=seed)
+    assert out["pool"] == labels.count(k) and out["scanned"] == len(labels)
+    assert out["shown"] == [i for i in order if labels[i] == k][:3]
+    assert order[0] not in out["shown"]
+    assert out["true"] == [k] * len(out["shown"])
+    model, defense, _ = load_model(tmp_path / "k.pt")
+    with torch.no_grad():                          # clean-correct, checked independently
+        x = torch.stack([ManifestDataset(root, "test", figures_transform(16))[i][0]
+                         for i in out["shown"]])
+        assert defense.logits(model, x).argmax(1).tolist() == out["true"]
+    assert out["linf"][1e-5] <= 1e-5 + 2e-7       # within the budget (float32 rounding near 1)
+    assert 0.05 < out["linf"][0.5] <= 0.5 * (1 + 1e-6)   # a large budget is used
+    assert out["flipped"] == {1e-5: 0.0, 0.5: 0.0}       # a constant model cannot be fooled
+    fig = saved[0]
+    titles = [ax.get_title() for ax in fig.axes[:3]]
+    assert titles[1] == f"ε = 1e-05\nnone of {out['pool']} flipped"     # said on the panel
+    assert all(ax.get_xlabel().endswith("unchanged") for ax in fig.axes
+               if ax.get_xlabel().startswith("pred"))
+    assert not _small_fonts(fig)
+
+
+def figures_transform(resolution):
+    from atat.data.loading import build_transform
+
+    return build_transform(resolution, train=False)
