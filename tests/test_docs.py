@@ -89,10 +89,15 @@ def _top_level_dirs() -> list[str]:
 
 
 def _rules() -> dict[str, list[str]]:
-    """Rules file name -> the rules it defines (and the Snakefile's own)."""
+    """Rules file name -> the rules it defines (and the Snakefile's own): the written-out
+    ones and the one-per-table rules its loops generate from the registry (atat.paper)."""
+    from atat import paper
+
     out = {}
     for path in sorted(RULES_DIR.glob("*.smk")) + [ROOT / "Snakefile"]:
         out[path.name] = re.findall(r"^rule (\w+):", path.read_text(), flags=re.M)
+        out[path.name] += [o.rule for o in paper.REGISTRY
+                           if o.family and f"{paper.TABLE_FAMILIES[o.family]}.smk" == path.name]
     return out
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import copy
 import importlib
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -36,19 +37,92 @@ def test_final_targets_are_the_recorded_ones(key):
     assert paper.final_targets(_plan(key)) == RECORDED[key]
 
 
+def _rules_text(stage: str) -> str:
+    return (ROOT / "workflow" / "rules" / f"{stage}.smk").read_text()
+
+
 def test_every_entry_names_its_rule_and_an_existing_builder():
-    rules = "".join(p.read_text() for p in (ROOT / "workflow" / "rules").glob("*.smk"))
+    """A written-out rule is `rule <name>:` in the entry's rules file; a table of a family
+    gets its rule, named after the table, from the family's loop in that file."""
     for o in paper.REGISTRY:
-        assert f"rule {o.rule}:" in rules, o.id
-        assert (ROOT / "workflow" / "rules" / f"{o.stage}.smk").exists(), o.id
+        text = _rules_text(o.stage)
+        if o.family:
+            assert o.rule == o.id and paper.TABLE_FAMILIES[o.family] == o.stage, o.id
+            assert f'for _table in table_rules(PLAN, "{o.family}"):' in text, o.id
+        else:
+            assert f"rule {o.rule}:" in text, o.id
         module, func = o.builder.split(":")
         assert callable(getattr(importlib.import_module(module), func)), o.builder
+    # the check can fail: a family no rules file loops over
+    assert 'table_rules(PLAN, "no_such_family")' not in _rules_text("tables")
+
+
+def test_one_rule_per_table_no_shared_output_pattern():
+    """Issue 15 item 6: no table rule has a wildcard in its outputs (the patterns once kept
+    apart only by wildcard constraints): every rule writing results/tables/ names its files."""
+    blocks = [b for smk in (ROOT / "workflow" / "rules").glob("*.smk")
+              for b in re.split(r"^[ \t]*rule\b", smk.read_text(), flags=re.M)[1:]]
+    table_rules = [b for b in blocks if '"results/tables/' in b]
+    assert len(table_rules) >= 8
+    for block in table_rules:
+        name = block.split("\n", 2)[:2]
+        assert "wildcard_constraints" not in block, name
+        for path in re.findall(r'"(results/tables/[^"]*)"', block):
+            # fixed, or the loop's own table: f"results/tables/{_table}.csv"
+            assert "{" not in path or re.fullmatch(r"results/tables/\{_table\}\.\w+", path), name
+
+
+@pytest.mark.parametrize("key", sorted(CONFIGS))
+def test_table_rules_of_each_family(key):
+    """The tables that get a rule: every regression and main-results table, the AutoAttack
+    tables of the configured epsilons, the HSIC tables whose selection holds models."""
+    plan = _plan(key)
+    assert paper.table_rules(plan, "regression_table") == [
+        f"table{t}" for t in paper.REGRESSION_TABLE_IDS]
+    assert paper.table_rules(plan, "main_results_table") == [
+        f"table{t}" for t in paper.MAIN_TABLE_IDS]
+    assert paper.table_rules(plan, "robustness_table") == [
+        f"table{n}" for n in sorted(map(int, paper.robustness_table_eps(plan.config)))]
+    hsic = paper.table_rules(plan, "hsic_table")
+    assert hsic == [t for t in tables.HSIC_TABLE_IDS if paper.hsic_table_runs(plan, t)[0]]
+    # every target table of the plan has its rule
+    ruled = {t for f in paper.TABLE_FAMILIES for t in paper.table_rules(plan, f)}
+    family_targets = {o.id for o in paper.REGISTRY if o.family and o.targets(plan)}
+    assert family_targets <= ruled
+    expected_hsic = {"config.yaml": ["table1", "table8", "table9"],
+                     "config.yaml+demo.yaml": ["table1", "table8"]}[key]
+    assert hsic == expected_hsic
+
+
+def test_table_rules_reject_an_unknown_family_and_id():
+    plan = _plan("config.yaml")
+    with pytest.raises(ValueError, match="unknown table family 'robustness'"):
+        paper.table_rules(plan, "robustness")
+    assert paper.table_number("table15") == "15"
+    with pytest.raises(ValueError, match="not a numbered table id"):
+        paper.table_number("table21_22")
+
+
+def test_every_rule_has_its_resources_in_the_slurm_profile():
+    """Each rule the cluster runs (not `localrule: True`, not `all`) has a block under
+    set-resources of profiles/slurm (CPU rules: one CPU, 4 GB; GPU rules: the GPU block),
+    written-out rules and the one-per-table rules the registry's families generate alike."""
+    written, local = set(), set()
+    for smk in (ROOT / "workflow" / "rules").glob("*.smk"):
+        for rule, body in re.findall(r"^rule (\w+):\n((?:[ \t]+.*\n|\n)*)", smk.read_text(),
+                                     re.M):
+            (local if re.search(r"^\s+localrule:\s*True", body, re.M) else written).add(rule)
+    generated = {o.rule for o in paper.REGISTRY if o.family}
+    assert {"train_model", "table4"} <= written and {"table15", "table1"} <= generated
+    profile = yaml.safe_load((ROOT / "profiles" / "slurm" / "config.yaml").read_text())
+    missing = sorted((written | generated) - local - set(profile["set-resources"]))
+    assert not missing, f"rules without a block in profiles/slurm/config.yaml: {missing}"
 
 
 @pytest.mark.parametrize("key", sorted(CONFIGS))
 def test_no_two_entries_claim_a_file(key):
-    """The table rules share the pattern results/tables/table{n}.*, kept apart by wildcard
-    constraints that all come from here: an id built by two entries would make them clash."""
+    """One rule per table with fixed output paths: a file claimed by two entries would be
+    two rules for one output (an AmbiguousRuleException)."""
     plan = _plan(key)
     files = [t for o in paper.REGISTRY for t in o.targets(plan)]
     assert len(files) == len(set(files))
@@ -77,7 +151,7 @@ def test_one_label_per_defense_and_architecture():
 def test_table_ids_agree_with_the_builders_layouts():
     assert paper.MAIN_TABLE_IDS == [str(n) for n in sorted(tables.MAIN_TABLES)]
     assert {f"T{t}" for t in paper.REGRESSION_TABLE_IDS} == set(tables.REGRESSION_TABLES)
-    assert [o.id for o in paper.REGISTRY if o.rule == "hsic_table"] == tables.HSIC_TABLE_IDS
+    assert [o.id for o in paper.REGISTRY if o.family == "hsic_table"] == tables.HSIC_TABLE_IDS
 
 
 def test_the_paper_and_demo_configs_pass_the_check():

@@ -79,9 +79,9 @@ def test_targeted_rebuild_plans_only_table11(tmp_path):
     proc = snakemake(tmp_path, "-n", "results/tables/table11.md", timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     jobs = planned_jobs(proc.stdout + proc.stderr)
-    assert jobs.get("robustness_table") == 1
+    assert jobs.get("table11") == 1  # the rule of Table 11 (one rule per table)
     assert set(jobs) <= {"synthfaces", "train_model", "autoattack", "summary",
-                         "robustness_table", "train_generator", "train_evaluation_model",
+                         "table11", "train_generator", "train_evaluation_model",
                          "train_face_embedding", "invert"}, jobs
     assert jobs.get("autoattack") == 4  # 2 models x 2 epsilons (summary reads all of them)
     assert jobs.get("invert") == 6      # 2 models x 3 attacks
@@ -126,7 +126,7 @@ def test_report_holds_every_existing_table_and_figure(tiny_run):
     # a targeted rebuild after the run: only the deleted table is planned
     (tiny_run / "results" / "tables" / "table11.md").unlink()
     proc = snakemake(tiny_run, "-n", "results/tables/table11.md", timeout=600)
-    assert planned_jobs(proc.stdout + proc.stderr) == {"robustness_table": 1}
+    assert planned_jobs(proc.stdout + proc.stderr) == {"table11": 1}
     proc = snakemake(tiny_run, "results/tables/table11.md", timeout=600)
     assert proc.returncode == 0 and (tiny_run / "results" / "tables" / "table11.md").exists()
 

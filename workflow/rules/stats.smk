@@ -36,33 +36,38 @@ rule regressions:
         "../scripts/regressions.py"
 
 
-rule regression_table:
-    input:
-        regressions="results/stats/regressions.csv",
-    output:
-        report(
-            "results/tables/table{regtable}.csv",
-            caption="../report/regression_table.rst",
-            category="Tables",
-            subcategory="App. G regressions",
-            labels={"table": "{regtable}"},
-        ),
-        "results/tables/table{regtable}.md",
-        "results/tables/table{regtable}.tex",
-    wildcard_constraints:
-        regtable="|".join(REGRESSION_TABLE_IDS),
-    log:
-        "logs/tables/table{regtable}.log",
-    benchmark:
-        "benchmarks/tables/table{regtable}.tsv"
-    threads: 1
-    resources:
-        mem_mb=3000,  # each job imports torch (~1 GB per Snakemake process)
-        runtime=10,
-    conda:
-        "../../envs/stats.yaml"
-    script:
-        "../scripts/regression_table.py"
+# Tables 5, 15-20, one rule each (named after the table; atat.paper.table_rules).
+for _table in table_rules(PLAN, "regression_table"):
+
+    rule:
+        name:
+            _table
+        input:
+            regressions="results/stats/regressions.csv",
+        output:
+            report(
+                f"results/tables/{_table}.csv",
+                caption="../report/regression_table.rst",
+                category="Tables",
+                subcategory="App. G regressions",
+                labels={"table": table_number(_table)},
+            ),
+            f"results/tables/{_table}.md",
+            f"results/tables/{_table}.tex",
+        params:
+            number=table_number(_table),
+        log:
+            f"logs/tables/{_table}.log",
+        benchmark:
+            f"benchmarks/tables/{_table}.tsv"
+        threads: 1
+        resources:
+            mem_mb=3000,  # each job imports torch (~1 GB per Snakemake process)
+            runtime=10,
+        conda:
+            "../../envs/stats.yaml"
+        script:
+            "../scripts/regression_table.py"
 
 
 rule cost_of_privacy:
@@ -136,36 +141,41 @@ rule causal_tables:
         "../scripts/causal_tables.py"
 
 
-rule main_results_table:
-    input:
-        # long table, one row per attacked image (columns: atat.tables.PER_IMAGE_COLUMNS +
-        # evalconf, dist_face, dist_eval), from rule inversion_per_image
-        per_image="results/inversion/per_image.csv",
-        summary="results/summary.csv",
-    output:
-        report(
-            "results/tables/table{maintable}.csv",
-            caption="../report/main_results_table.rst",
-            category="Tables",
-            subcategory="App. I.2 / I.3 main results",
-            labels={"table": "{maintable}"},
-        ),
-        "results/tables/table{maintable}.md",
-        "results/tables/table{maintable}.tex",
-    wildcard_constraints:
-        maintable="|".join(MAIN_TABLE_IDS),
-    log:
-        "logs/tables/table{maintable}.log",
-    benchmark:
-        "benchmarks/tables/table{maintable}.tsv"
-    threads: 1
-    resources:
-        mem_mb=2000,
-        runtime=10,
-    conda:
-        "../../envs/stats.yaml"
-    script:
-        "../scripts/main_results_table.py"
+# Tables 23-28, one rule each (named after the table; atat.paper.table_rules).
+for _table in table_rules(PLAN, "main_results_table"):
+
+    rule:
+        name:
+            _table
+        input:
+            # long table, one row per attacked image (columns: atat.tables.PER_IMAGE_COLUMNS +
+            # evalconf, dist_face, dist_eval), from rule inversion_per_image
+            per_image="results/inversion/per_image.csv",
+            summary="results/summary.csv",
+        output:
+            report(
+                f"results/tables/{_table}.csv",
+                caption="../report/main_results_table.rst",
+                category="Tables",
+                subcategory="App. I.2 / I.3 main results",
+                labels={"table": table_number(_table)},
+            ),
+            f"results/tables/{_table}.md",
+            f"results/tables/{_table}.tex",
+        params:
+            number=table_number(_table),
+        log:
+            f"logs/tables/{_table}.log",
+        benchmark:
+            f"benchmarks/tables/{_table}.tsv"
+        threads: 1
+        resources:
+            mem_mb=2000,
+            runtime=10,
+        conda:
+            "../../envs/stats.yaml"
+        script:
+            "../scripts/main_results_table.py"
 
 
 rule figure2:
