@@ -24,6 +24,7 @@ include: "workflow/rules/inversion.smk"
 include: "workflow/rules/summary.smk"
 include: "workflow/rules/tables.smk"
 include: "workflow/rules/stats.smk"
+include: "workflow/rules/dose_response.smk"
 
 
 rule all:

@@ -132,6 +132,7 @@ def test_inversion_overrides_apply_per_cell():
 
 
 def test_overrides_apply_per_cell(demo):
+    demo["dose_response"] = None  # its NoDef lambda = 0 control would no longer match AT-AT's recipe
     demo["overrides"] = [{"when": {"dataset": "synthfaces", "defense": "atat"},
                           "training": {"lr": 1e-4}}]
     validate_config(demo)

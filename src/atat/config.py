@@ -75,7 +75,15 @@ def validate_config(config: Mapping[str, Any]) -> None:
     errors = sorted(validator.iter_errors(config), key=lambda e: (len(e.absolute_path), e.path))
     if errors:
         raise ConfigError(f"invalid configuration: {_describe(errors[0])}")
-    _check_semantics(config)
+    # the dose-response sweep's generated AT-AT variants are checked as defined defenses;
+    # a problem of the sweep itself is reported after those of the names it refers to
+    try:
+        expanded, sweep_error = with_dose_response(config), None
+    except ConfigError as exc:
+        expanded, sweep_error = {**config, "dose_response": None}, exc
+    _check_semantics(expanded)
+    if sweep_error is not None:
+        raise sweep_error
 
 
 def _check_semantics(config: Mapping[str, Any]) -> None:
@@ -526,6 +534,7 @@ class ModelRun:
     seed: int
     replicate: int | None = None     # causal experiment only (paper §5, App. H)
     treatment: int | None = None     # 1 = treatment variant, 0 = control variant
+    dose_response: bool = False      # a model only the dose-response sweep adds (not the grid's)
 
     @property
     def path(self) -> str:
@@ -544,6 +553,7 @@ def model_runs(config: Mapping[str, Any]) -> list[ModelRun]:
                         run = ModelRun(ds, arch, defense, int(seed))
                         if run not in runs:
                             runs.append(run)
+    runs.extend(dose_response_runs(config, runs))
     runs.extend(causal_runs(config))
     return runs
 
@@ -566,6 +576,185 @@ def causal_runs(config: Mapping[str, Any]) -> list[ModelRun]:
     return [ModelRun(c["dataset"], c["architecture"], c["treatment"] if d else c["control"],
                      c["first_seed"] + i, replicate=i, treatment=d)
             for i, d in enumerate(assignment)]
+
+
+# ------------------------------------------------------------------------------ dose-response
+#: Keys of ``dose_response`` (issue 17: AT-AT's lambda swept on one grid cell).
+DOSE_RESPONSE_KEYS = ("dataset", "architecture", "defense", "weight_adv", "zero", "attack")
+
+
+@dataclasses.dataclass(frozen=True)
+class DosePoint:
+    """One lambda of the dose-response sweep and the defense variant whose models give it:
+    the grid's AT-AT variant (its own ``weight_adv``), the ``zero`` variant (lambda = 0) or a
+    variant generated from the AT-AT variant (``generated``)."""
+
+    weight_adv: float
+    defense: str
+    generated: bool
+
+
+def dose_response_variant_name(defense: str, weight_adv: float) -> str:
+    """Name of the generated variant: ``atat_w0p25`` for lambda 0.25 (names are path
+    components and wildcard alternatives: '.' -> 'p', '-' -> 'm')."""
+    tag = format(float(weight_adv), "g").replace(".", "p").replace("-", "m").replace("+", "")
+    return f"{defense}_w{tag}"
+
+
+def _dose_error(key: str, msg: str) -> ConfigError:
+    return ConfigError(f"invalid configuration: dose_response.{key}: {msg}")
+
+
+def dose_response_points(config: Mapping[str, Any]) -> list[DosePoint]:
+    """The sweep's points in lambda order ([] when ``dose_response`` is null or absent),
+    checked here (this runs before the schema whenever a plan is built): every key known,
+    the cell's dataset/architecture defined, ``defense`` an ``atat``-type variant that
+    states its ``weight_adv``, ``weight_adv`` a non-empty list of distinct numbers >= 0,
+    ``zero`` (optional) a ``nodef``-type variant with the AT-AT variant's training recipe in
+    that cell, used only when 0 is swept, ``attack`` one of ``inversion.attacks``; a
+    generated name must not be a user-defined variant with other settings."""
+    dr = config.get("dose_response")
+    if dr is None:
+        return []
+    if not isinstance(dr, Mapping):
+        raise ConfigError("invalid configuration: dose_response: must be a mapping or null, "
+                          f"got {type(dr).__name__}")
+    unknown = sorted(set(dr) - set(DOSE_RESPONSE_KEYS))
+    if unknown:
+        raise ConfigError(f"invalid configuration: unknown key 'dose_response.{unknown[0]}' "
+                          f"(known: {list(DOSE_RESPONSE_KEYS)})")
+    for key in ("dataset", "architecture", "defense", "weight_adv", "attack"):
+        if key not in dr:
+            raise _dose_error(key, "required")
+    defenses = config.get("defenses") or {}
+    for key, pool, pool_name in (("dataset", config.get("datasets") or {}, "datasets"),
+                                 ("architecture", config.get("architectures") or {},
+                                  "architectures"),
+                                 ("defense", defenses, "defenses")):
+        if not isinstance(dr[key], str) or dr[key] not in pool:
+            raise _dose_error(key, f"{dr[key]!r} is not defined under '{pool_name}' "
+                                   f"(defined: {sorted(pool)})")
+    base_name = dr["defense"]
+    base = defenses[base_name]
+    if base.get("type") != "atat":
+        raise _dose_error("defense", f"'{base_name}' is of type '{base.get('type')}'; the "
+                                     "sweep varies AT-AT's lambda (weight_adv): name an "
+                                     "'atat'-type variant")
+    own = base.get("weight_adv")
+    if isinstance(own, bool) or not isinstance(own, (int, float)):
+        raise _dose_error("defense", f"defenses.{base_name}.weight_adv must be stated "
+                                     "explicitly (the sweep reuses that model for its own "
+                                     "lambda)")
+    values = dr["weight_adv"]
+    if not isinstance(values, list) or not values:
+        raise _dose_error("weight_adv", f"a non-empty list of numbers >= 0, got {values!r}")
+    for v in values:
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) \
+                or v < 0:
+            raise _dose_error("weight_adv", f"{v!r} is not a number >= 0")
+    if len({float(v) for v in values}) != len(values):
+        raise _dose_error("weight_adv", f"{values} has repeated values")
+    inv_attacks = list((config.get("inversion") or {}).get("attacks") or [])
+    if dr["attack"] not in inv_attacks:
+        raise _dose_error("attack", f"{dr['attack']!r} is not one of inversion.attacks "
+                                    f"{inv_attacks} (the sweep's AttAcc@1 comes from it; "
+                                    "without that attack set dose_response: null)")
+    zero = dr.get("zero")
+    if zero is not None:
+        if 0 not in [float(v) for v in values]:
+            raise _dose_error("zero", f"'{zero}' is set, but 0 is not among weight_adv "
+                                      f"{values}")
+        if not isinstance(zero, str) or zero not in defenses:
+            raise _dose_error("zero", f"{zero!r} is not defined under 'defenses' "
+                                      f"(defined: {sorted(defenses)})")
+        if defenses[zero].get("type") != "nodef":
+            raise _dose_error("zero", f"'{zero}' is of type '{defenses[zero].get('type')}'; "
+                                      "lambda = 0 is the NoDef objective: name a 'nodef' "
+                                      "variant, or null to train AT-AT with lambda 0")
+        ds, arch = dr["dataset"], dr["architecture"]
+        if training_params(config, ds, arch, zero) != training_params(config, ds, arch,
+                                                                      base_name):
+            raise _dose_error("zero", f"'{zero}' is trained with another recipe than "
+                                      f"'{base_name}' on {ds}/{arch} (training_params "
+                                      "differ), so it is not the lambda = 0 control")
+    points = []
+    for v in sorted(float(v) for v in values):
+        if v == 0 and zero is not None:
+            points.append(DosePoint(v, zero, False))
+        elif v == float(own):
+            points.append(DosePoint(v, base_name, False))
+        else:
+            name = dose_response_variant_name(base_name, v)
+            existing = defenses.get(name)
+            if existing is not None and dict(existing) != _generated_variant(config, v):
+                raise _dose_error("weight_adv", f"{v:g} generates the variant '{name}', "
+                                                "which defenses defines with other settings")
+            points.append(DosePoint(v, name, True))
+    return points
+
+
+def _generated_variant(config: Mapping[str, Any], weight_adv: float) -> dict[str, Any]:
+    """The AT-AT variant's settings with ``weight_adv`` replaced; its ``training`` is the
+    variant's whole recipe in the sweep's cell (per-cell ``overrides`` of the AT-AT variant
+    included, which name it and so would not match the generated name)."""
+    dr = config["dose_response"]
+    out = copy.deepcopy(dict(config["defenses"][dr["defense"]]))
+    out["weight_adv"] = float(weight_adv)
+    out["training"] = training_params(config, dr["dataset"], dr["architecture"], dr["defense"])
+    return out
+
+
+def dose_response_defenses(config: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """The generated variants of the sweep, by name: the AT-AT variant's settings with
+    ``weight_adv`` replaced and its whole training recipe of the sweep's cell as ``training``
+    (checked: the generated variant's :func:`training_params` there equal the AT-AT
+    variant's). The one place they are made."""
+    points = dose_response_points(config)
+    if not points:
+        return {}
+    out = {p.defense: _generated_variant(config, p.weight_adv) for p in points if p.generated}
+    dr = config["dose_response"]
+    expanded = {**config, "defenses": {**config["defenses"], **out}}
+    want = training_params(config, dr["dataset"], dr["architecture"], dr["defense"])
+    for name in out:
+        if training_params(expanded, dr["dataset"], dr["architecture"], name) != want:
+            raise _dose_error("defense", f"the overrides give the generated '{name}' another "
+                                         f"training recipe than '{dr['defense']}' on "
+                                         f"{dr['dataset']}/{dr['architecture']} (an override "
+                                         "without `defense` before one naming it)")
+    return out
+
+
+def with_dose_response(config: Mapping[str, Any]) -> dict[str, Any]:
+    """``config`` with the sweep's generated variants added under ``defenses`` (a copy;
+    idempotent). The workflow applies it once after validation (workflow/rules/common.smk),
+    so every rule sees the variants as defined defenses; :class:`atat.paper.Plan` and
+    :func:`validate_config` apply it to the configs they are given."""
+    generated = dose_response_defenses(config)
+    out = dict(config)
+    if generated:
+        out["defenses"] = {**config["defenses"], **generated}
+    return out
+
+
+def dose_response_runs(config: Mapping[str, Any], planned: Iterable[ModelRun] = ()
+                       ) -> list[ModelRun]:
+    """The sweep's models that ``planned`` (the grid's) lacks, one per point and seed, marked
+    ``dose_response=True``: trained, AutoAttacked and attacked by ``dose_response.attack``
+    only (not part of the paper's per-cell outputs, HSIC or reconstruction grids)."""
+    points = dose_response_points(config)
+    if not points:
+        return []
+    dr = config["dose_response"]
+    have = {(r.dataset, r.architecture, r.defense, r.seed) for r in planned}
+    runs = []
+    for p in points:
+        for seed in config["seeds"]:
+            key = (dr["dataset"], dr["architecture"], p.defense, int(seed))
+            if key not in have:
+                have.add(key)
+                runs.append(ModelRun(*key, dose_response=True))
+    return runs
 
 
 def training_params(config: Mapping[str, Any], dataset: str, architecture: str,

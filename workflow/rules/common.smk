@@ -17,6 +17,7 @@ from atat.config import (  # noqa: E402
     training_params,
 )
 from atat.config import inversion_params  # noqa: E402
+from atat.config import dose_response_points, with_dose_response  # noqa: E402
 from atat.config import n_classes as _n_classes  # noqa: E402
 from atat.config_memo import validate_config_once  # noqa: E402
 from atat.inversion_resources import gpu_memory_mb  # noqa: E402
@@ -35,14 +36,14 @@ from atat.paper import (  # noqa: E402
     plain_nodef_defenses,
     reconstruction_models,
     robustness_table_eps,
+    run_attacks,
     section3_roles,
     table4_architecture,
-    table_number,
-    table_rules,
     unseen_pixel_runs,
 )
 from atat.paper import check as check_paper_outputs  # noqa: E402
 from atat.summary import INVERSION_METRICS  # noqa: E402
+from atat.tables import HSIC_TABLE_IDS  # noqa: E402
 from atat.weights_table import (  # noqa: E402
     torchvision_weights_filename,
     torchvision_weights_url,
@@ -52,6 +53,9 @@ from atat.weights_table import (  # noqa: E402
 # and code passed before (marker under .snakemake/, see atat.config_memo).
 try:
     validate_config_once(config, ".snakemake/atat-validated-configs")
+    # the dose-response sweep's generated AT-AT variants become defined defenses for every
+    # rule (atat.config.with_dose_response; a no-op without `dose_response`)
+    config.update(with_dose_response(config))
 except ConfigError as exc:
     raise WorkflowError(str(exc)) from None
 
@@ -180,7 +184,8 @@ def summary_models(wildcards):
             treatment=r.treatment,
             metrics=f"{model_dir(r)}/metrics.json",
             robustness={e: f"results/robustness/{r.path}/eps{e}.json" for e in EPS},
-            inversion={a: f"results/inversion/{r.path}/{a}/metrics.json" for a in INV_ATTACKS},
+            inversion={a: f"results/inversion/{r.path}/{a}/metrics.json"
+                       for a in run_attacks(config, r)},
         )
         for r in RUNS
     ]

@@ -126,7 +126,7 @@ rule inversion_per_image:
     # Wilson / per-class t intervals of Tables 23-28.
     input:
         lambda wc: [f"results/inversion/{r.path}/{a}/per_image.csv"
-                    for r in INV_RUNS for a in INV_ATTACKS],
+                    for r in INV_RUNS for a in run_attacks(config, r)],
     output:
         "results/inversion/per_image.csv",
     log:
