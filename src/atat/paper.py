@@ -3,7 +3,12 @@
 Every output the workflow's ``all`` builds is an :class:`Output` of :data:`REGISTRY`:
 
 * ``id``       -- its name (``table1``, ``figure5``, ``hsic``...);
-* ``rule``     -- the Snakemake rule that builds it (``workflow/rules/<stage>.smk``);
+* ``rule``     -- the Snakemake rule that builds it (``workflow/rules/<stage>.smk``); one rule
+  per table, with the table's fixed output paths (no two rules share an output pattern);
+* ``family``   -- for a table of a family built alike (the AutoAttack, HSIC, regression and
+  main-results tables): the family, whose rules file generates the rule of each of its
+  entries in a loop over :func:`table_rules` (the rule is named after the table:
+  ``rule == id``); ``""`` for an output whose rule is written out;
 * ``stage``    -- the rules file of that rule (``hsic``, ``inversion``, ``summary``,
   ``tables``, ``stats``);
 * ``targets``  -- the selection: a function of the :class:`Plan` (config + planned models)
@@ -29,13 +34,15 @@ Adding an output (e.g. a regression table, a causal table, a dose-response figur
    figures) with a unit test;
 2. add one ``Output(...)`` to :data:`REGISTRY` with its selection function (next to the
    others below; a new config/spec name it refers to goes into :func:`check`);
-3. give it a rule in its stage's rules file with the fixed output paths of ``targets``
-   (a thin adapter in ``workflow/scripts/`` calling the builder). ``all`` picks it up.
+3. give it a rule named after it in its stage's rules file with the fixed output paths of
+   ``targets`` (a thin adapter in ``workflow/scripts/`` calling the builder), its resources
+   in ``profiles/slurm/config.yaml`` if it is not a one-CPU job. ``all`` picks it up.
 
-A further table of a kind that has its rule already (a regression table, a main-results
-table) is one place: its id in :data:`REGRESSION_TABLE_IDS` (with its caption in
-``_REGRESSION_CAPTIONS``) or :data:`MAIN_TABLE_IDS` (the rule's wildcard constraint and the
-builder read them from here), plus its specs in ``config/regressions.yaml`` or its layout in ``atat.tables.MAIN_TABLES``.
+A further table of a family (a regression table, a main-results table) is one place: its id
+in :data:`REGRESSION_TABLE_IDS` (with its caption in ``_REGRESSION_CAPTIONS``) or
+:data:`MAIN_TABLE_IDS`, plus its specs in ``config/regressions.yaml`` or its layout in
+``atat.tables.MAIN_TABLES``: the family's loop in its rules file gives it its rule
+(``table<N>``), the builder reads the id from the rule's params.
 ``tests/data/all_targets.json`` records the targets of the paper and demo configs
 (``tests/test_paper.py``): update it with the new files.
 
@@ -437,6 +444,8 @@ class Output:
     builder: str
     caption: str = ""
     labels: Mapping[str, str] = field(default_factory=dict)
+    family: str = ""
+    family: str = ""
 
     def defense_labels(self) -> dict[str, str]:
         return {**DEFENSE_LABELS, **self.labels}
@@ -452,17 +461,17 @@ REGISTRY: list[Output] = [
                                                        if not getattr(r, "dose_response",
                                                                       False)],
            "atat.hsic_measure:measure_hsic"),
-    Output("table1", "hsic_table", "hsic", _hsic_table_targets("table1"),
+    Output("table1", "table1", "hsic", _hsic_table_targets("table1"),
            "atat.tables:hsic_table", "Table 1: HSIC(X,Zj) for defenses on {cells}.",
-           labels={"bido_lx1e3": "BiDO**"}),
-    Output("table8", "hsic_table", "hsic", _hsic_table_targets("table8"),
+           labels={"bido_lx1e3": "BiDO**"}, family="hsic_table"),
+    Output("table8", "table8", "hsic", _hsic_table_targets("table8"),
            "atat.tables:hsic_table",
            "Table 8: HSIC(X,Zj) and HSIC(Y,Zj) of NoDef vs. BiDO with "
-           "(lambda x, lambda y) = (0.05, 0.5) on {cells}."),
-    Output("table9", "hsic_table", "hsic", _hsic_table_targets("table9"),
+           "(lambda x, lambda y) = (0.05, 0.5) on {cells}.", family="hsic_table"),
+    Output("table9", "table9", "hsic", _hsic_table_targets("table9"),
            "atat.tables:hsic_table",
            "Table 9: HSIC(X,Zj) for different BiDO hyperparameter variations, "
-           "with comparisons to NoDef, MID, and TL-DMI ({cells})."),
+           "with comparisons to NoDef, MID, and TL-DMI ({cells}).", family="hsic_table"),
     # --- stage inversion (workflow/rules/inversion.smk)
     Output("inversion", "invert", "inversion", _inversion_targets,
            "atat.inversion.run:run_inversion"),
@@ -486,14 +495,15 @@ REGISTRY: list[Output] = [
     Output("table4", "table4", "tables",
            lambda p: table_files("table4") if table4_architecture(p) else [],
            "atat.tables:table4"),
-    *[Output(f"table{n}", "robustness_table", "tables", _robustness_table_targets(n),
-             "atat.tables:robustness_table") for n in sorted(ROBUSTNESS_TABLES.values())],
+    *[Output(f"table{n}", f"table{n}", "tables", _robustness_table_targets(n),
+             "atat.tables:robustness_table", family="robustness_table")
+      for n in sorted(ROBUSTNESS_TABLES.values())],
     Output("preconditions", "preconditions", "tables", _preconditions_targets,
            "atat.preconditions:preconditions_table",
            "Preconditions of the experiments (issue 17): AT-AT's training PGD success and "
            "robust-accuracy gap to NoDef, the permuted-label models' training accuracy, "
            "Unseen-Pixels' kept pixels and test accuracy vs. NoDef, the inversion prior's "
-           "recognition, precision and recall between a structure-free floor and real "
+           "recognition, precision and coverage between a structure-free floor and real "
            "faces. passed = False: the experiment is not in the paper's regime."),
     Output("figure5", "figure5", "tables",
            lambda p: ["results/figures/figure5_adversarial_examples.png"] if figure5_run(p)
@@ -501,15 +511,17 @@ REGISTRY: list[Output] = [
     # --- stage stats (workflow/rules/stats.smk)
     Output("regressions", "regressions", "stats", _stats_targets("regressions"),
            "atat.stats.regression:fit_all"),
-    *[Output(f"table{t}", "regression_table", "stats", _stats_targets(f"table{t}"),
-             "atat.tables:regression_table", _REGRESSION_CAPTIONS[t])
+    *[Output(f"table{t}", f"table{t}", "stats", _stats_targets(f"table{t}"),
+             "atat.tables:regression_table", _REGRESSION_CAPTIONS[t],
+             family="regression_table")
       for t in REGRESSION_TABLE_IDS],
     Output("cost_of_privacy", "cost_of_privacy", "stats", _stats_targets("cost_of_privacy"),
            "atat.tables:cost_of_privacy_table"),
     Output("table21_22", "causal_tables", "stats", _stats_targets("table21_22"),
            "atat.tables:causal_tables"),
-    *[Output(f"table{t}", "main_results_table", "stats", _stats_targets(f"table{t}"),
-             "atat.tables:main_results_table") for t in MAIN_TABLE_IDS],
+    *[Output(f"table{t}", f"table{t}", "stats", _stats_targets(f"table{t}"),
+             "atat.tables:main_results_table", family="main_results_table")
+      for t in MAIN_TABLE_IDS],
     Output("figure2", "figure2", "stats", _stats_targets("figure2"),
            "atat.figures:observed_vs_predicted"),
     Output("figure4", "figure4", "stats", _stats_targets("figure4"),
@@ -531,6 +543,64 @@ def output(entry_id: str) -> Output:
         return _BY_ID[entry_id]
     except KeyError:
         raise KeyError(f"no paper output '{entry_id}' (known: {sorted(_BY_ID)})") from None
+
+
+#: The table families (:attr:`Output.family`) and the rules file that generates their rules.
+TABLE_FAMILIES = {"hsic_table": "hsic", "robustness_table": "tables",
+                  "regression_table": "stats", "main_results_table": "stats"}
+
+
+def table_number(entry_id: str) -> str:
+    """The paper's number of a table entry (``table15`` -> ``15``)."""
+    if not entry_id.startswith("table") or not entry_id[5:].isdigit():
+        raise ValueError(f"'{entry_id}' is not a numbered table id (table<N>)")
+    return entry_id[5:]
+
+
+def table_rules(plan: Plan, family: str) -> list[str]:
+    """Ids of the tables of ``family`` that get a rule (named after the id) under this plan,
+    in registry order: every regression and main-results table (one the config cannot fit
+    can still be requested by name, and its job says why it is skipped), the AutoAttack
+    tables of the configured epsilons, the HSIC tables whose selection holds models. A table
+    without a rule is "no rule to produce" when asked for by name, never a failing job."""
+    if family not in TABLE_FAMILIES:
+        raise ValueError(f"unknown table family '{family}' (known: {sorted(TABLE_FAMILIES)})")
+    ids = [o.id for o in REGISTRY if o.family == family]
+    if family == "robustness_table":
+        eps = robustness_table_eps(plan.config)
+        return [t for t in ids if table_number(t) in eps]
+    if family == "hsic_table":
+        return [t for t in ids if hsic_table_runs(plan, t)[0]]
+    return ids
+
+
+#: The table families (:attr:`Output.family`) and the rules file that generates their rules.
+TABLE_FAMILIES = {"hsic_table": "hsic", "robustness_table": "tables",
+                  "regression_table": "stats", "main_results_table": "stats"}
+
+
+def table_number(entry_id: str) -> str:
+    """The paper's number of a table entry (``table15`` -> ``15``)."""
+    if not entry_id.startswith("table") or not entry_id[5:].isdigit():
+        raise ValueError(f"'{entry_id}' is not a numbered table id (table<N>)")
+    return entry_id[5:]
+
+
+def table_rules(plan: Plan, family: str) -> list[str]:
+    """Ids of the tables of ``family`` that get a rule (named after the id) under this plan,
+    in registry order: every regression and main-results table (one the config cannot fit
+    can still be requested by name, and its job says why it is skipped), the AutoAttack
+    tables of the configured epsilons, the HSIC tables whose selection holds models. A table
+    without a rule is "no rule to produce" when asked for by name, never a failing job."""
+    if family not in TABLE_FAMILIES:
+        raise ValueError(f"unknown table family '{family}' (known: {sorted(TABLE_FAMILIES)})")
+    ids = [o.id for o in REGISTRY if o.family == family]
+    if family == "robustness_table":
+        eps = robustness_table_eps(plan.config)
+        return [t for t in ids if table_number(t) in eps]
+    if family == "hsic_table":
+        return [t for t in ids if hsic_table_runs(plan, t)[0]]
+    return ids
 
 
 def final_targets(plan: Plan, stage: str | None = None) -> list[str]:

@@ -39,11 +39,12 @@ from atat.paper import (  # noqa: E402
     run_attacks,
     section3_roles,
     table4_architecture,
+    table_number,
+    table_rules,
     unseen_pixel_runs,
 )
 from atat.paper import check as check_paper_outputs  # noqa: E402
 from atat.summary import INVERSION_METRICS  # noqa: E402
-from atat.tables import HSIC_TABLE_IDS  # noqa: E402
 from atat.weights_table import (  # noqa: E402
     torchvision_weights_filename,
     torchvision_weights_url,
