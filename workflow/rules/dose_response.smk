@@ -25,8 +25,10 @@ rule dose_response:
             labels={"output": "figure"},
         ),
     params:
-        points=[dict(weight_adv=p.weight_adv, defense=p.defense, generated=p.generated)
-                for p in dose_response_points(config)],
+        points=[
+            dict(weight_adv=p.weight_adv, defense=p.defense, generated=p.generated)
+            for p in dose_response_points(config)
+        ],
         sweep=config.get("dose_response") or {},
         epsilons=config["autoattack"]["epsilons"],
     log:
