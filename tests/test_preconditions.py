@@ -146,11 +146,11 @@ def test_unseen_pixels_without_nodef_fails():
 
 
 # --------------------------------------------------------------------------- inversion prior
-def _prior_record(recognition=0.6, precision=0.6, recall=0.6):
+def _prior_record(recognition=0.6, precision=0.6, coverage=0.6):
     def stat(normalised):
         return {"prior": 0.5, "ceiling": 0.9, "floor": 0.1, "normalised": normalised}
     return {"recognition": stat(recognition), "precision": stat(precision),
-            "recall": stat(recall), "identities_recognised": {"prior": 30, "ceiling": 40,
+            "coverage": stat(coverage), "recall": stat(0.1), "identities_recognised": {"prior": 30, "ceiling": 40,
                                                               "floor": 2},
             "n_samples": 1000, "n_recall": 80, "n_heldout": 80, "n_reference": 720,
             "n_identities": 40, "k": 3, "confidence": 0.5}
@@ -159,8 +159,8 @@ def _prior_record(recognition=0.6, precision=0.6, recall=0.6):
 @pytest.mark.parametrize("value,passed", [(0.5, True), (0.49, False), (1.3, True),
                                           (None, False)])
 def test_prior_statistics_at_their_threshold(value, passed):
-    assert TH["prior_recognition"] == TH["prior_precision"] == TH["prior_recall"] == 0.5
-    for stat in ("recognition", "precision", "recall"):
+    assert TH["prior_recognition"] == TH["prior_precision"] == TH["prior_coverage"] == 0.5
+    for stat in ("recognition", "precision", "coverage"):
         record = _prior_record(**{stat: value})  # None: NaN in the JSON (a missing value)
         df = pc.check_preconditions(_summary(nodef={}), {}, CONFIG, {"p": record})
         row = df[(df["model"] == "generators/p") & (df["check"] == f"prior_{stat}")].iloc[0]
@@ -170,6 +170,11 @@ def test_prior_statistics_at_their_threshold(value, passed):
         assert others["passed"].all()
         if value is None:
             assert math.isnan(row["value"]) and "missing" in row["note"]
+    blind = _prior_record()
+    blind["recognition"].update(ceiling=0.3, floor=0.3, normalised=None)
+    row = pc.check_preconditions(_summary(nodef={}), {}, CONFIG, {"p": blind}).iloc[-3]
+    assert row["check"] == "prior_recognition" and not bool(row["passed"])
+    assert "ceiling <= floor" in row["note"]
 
 
 def test_the_paper_priors_are_reported_as_not_measured_and_the_demo_prior_is_measured():

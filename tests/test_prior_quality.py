@@ -1,5 +1,5 @@
-"""The inversion prior's quality (issue 17 item 5): improved precision/recall on fabricated
-embeddings, the recognition rate on a fake classifier, and the whole measurement with an
+"""The inversion prior's quality (issue 17 item 5): improved precision/recall and coverage on
+fabricated embeddings, the recognition rate on a fake classifier, and the whole measurement with an
 instrument whose answer is known: a prior that replays real faces reaches the target, an
 untrained generator does not (and the preconditions table flags it)."""
 
@@ -42,6 +42,22 @@ def test_a_collapsed_fake_set_is_precise_but_has_low_recall():
     fake = centres[0] + torch.randn(200, 8, generator=gen) * 0.1   # one mode only
     precision, recall = pq.precision_recall(real, fake, k=3)
     assert precision > 0.7 and 0.05 < recall <= 0.1    # at most the one mode's 20 of 200
+
+
+def test_coverage_of_identical_and_disjoint_sets():
+    x = torch.randn(50, 16, generator=torch.Generator().manual_seed(0))
+    assert pq.ball_coverage(x, x.clone(), k=3) == 1.0
+    assert pq.ball_coverage(x, x + 100.0, k=3) == 0.0
+
+
+def test_a_diffuse_set_has_high_recall_but_low_coverage():
+    """Why coverage, not recall, is the target: recall's balls are the samples' own."""
+    gen = torch.Generator().manual_seed(3)
+    real = torch.randn(200, 8, generator=gen) * 0.1            # one tight real cluster
+    diffuse = torch.randn(20, 8, generator=gen) * 3.0          # a few scattered samples
+    _, recall = pq.precision_recall(real, diffuse, k=3)
+    assert recall == 1.0                                       # huge balls swallow the reals
+    assert pq.ball_coverage(real, diffuse, k=3) <= 0.05        # almost no real ball is hit
 
 
 def test_kth_neighbour_radius_excludes_the_point_itself_and_needs_enough_points():
@@ -199,7 +215,7 @@ def test_settings_name_the_missing_key():
 # --------------------------------------------------------------------------- files
 def test_the_rule_path_from_files_writes_a_strict_json_record(tmp_path):
     """A synthfaces public pool, a 1-epoch public classifier and an untrained generator pickle
-    -> quality.json (strict JSON, NaN -> null) -> the preconditions rows (a NaN fails)."""
+    -> quality.json (strict JSON, NaN -> null) -> the preconditions rows."""
     from atat.data.synthfaces import generate_synthfaces
     from atat.inversion.evaluation import train_face_embedding
     from atat.inversion.safe_pickle import save_stylegan_pickle
@@ -221,8 +237,8 @@ def test_the_rule_path_from_files_writes_a_strict_json_record(tmp_path):
     assert back["recall"]["prior"] is None and record["generator_resolution"] == 32
     rows = {r["check"]: r for r in pc.prior_rows({"g": back}, CONFIG)}
     assert list(rows) == [f"prior_{s}" for s in pq.STATISTICS]
-    assert rows["prior_recall"]["passed"] is False and "missing" in rows["prior_recall"]["note"]
-    for stat in ("recognition", "precision"):
+    assert "improved recall (reported only) prior nan" in rows["prior_coverage"]["note"]
+    for stat in pq.STATISTICS:
         value = back[stat]["normalised"]
         assert rows[f"prior_{stat}"]["value"] == pytest.approx(value if value is not None
                                                                else math.nan, nan_ok=True)

@@ -11,7 +11,7 @@ value never passes (``passed = False`` with a note); a row that is reported only
 robust accuracy at the other epsilons) has ``passed`` empty.
 
 The inversion attacks' prior is checked too (issue 17 item 5; experiment ``inversion prior``,
-model ``generators/<name>``): its recognition rate, precision and recall in the public
+model ``generators/<name>``): its recognition rate, precision and coverage in the public
 classifier's terms, each normalised between a structure-free floor and real unseen faces
 (:mod:`atat.inversion.prior_quality`, rule ``prior_quality``). A prior that cannot be measured
 (downloaded, or no public-identity classifier) has one reported-only row saying why.
@@ -37,7 +37,7 @@ COLUMNS = ["experiment", "model", "check", "value", "threshold", "passed", "note
 THRESHOLD_KEYS = ["atat_attack_success", "atat_attack_success_epochs", "atat_robust_eps",
                   "atat_robust_gap", "permuted_train_acc", "unseen_pixels_kept_fraction",
                   "unseen_pixels_test_acc_drop", "prior_recognition", "prior_precision",
-                  "prior_recall"]
+                  "prior_coverage"]
 _TOL = 1e-9  # a value exactly at its threshold compares as at it, not as a float below it
 
 #: what to do when a check fails (the WARNING line of the job's log)
@@ -55,7 +55,7 @@ ADVICE = {
 }
 PRIOR = "inversion prior"  # the experiment label of the prior's rows
 #: the prior's statistics with a target ``prior_<name>`` (keys of its quality record)
-PRIOR_STATISTICS = ("recognition", "precision", "recall")
+PRIOR_STATISTICS = ("recognition", "precision", "coverage")
 
 
 def thresholds(config: Mapping[str, Any]) -> dict[str, float]:
@@ -182,7 +182,7 @@ def prior_rows(priors: Mapping[str, Mapping[str, Any] | None], config: Mapping[s
             continue
         for stat in PRIOR_STATISTICS:
             s = {k: _num(v) for k, v in q[stat].items()}
-            n = q["n_recall"] if stat == "recall" else q["n_samples"]
+            n = q["n_recall"] if stat == "coverage" else q["n_samples"]
             note = (f"prior {s['prior']:.3f} (n={n}), ceiling {s['ceiling']:.3f} (held-out "
                     f"real public images, n={q['n_heldout']}), floor {s['floor']:.3f} "
                     f"(per-pixel Gaussian); normalised (prior - floor) / (ceiling - floor)")
@@ -191,6 +191,12 @@ def prior_rows(priors: Mapping[str, Mapping[str, Any] | None], config: Mapping[s
                          f"{q['identities_recognised']['prior']} of {q['n_identities']}")
             else:
                 note += f"; k = {q['k']}, {q['n_reference']} real reference images"
+            if stat == "coverage":
+                r = {k: _num(v) for k, v in q["recall"].items()}
+                note += (f"; improved recall (reported only) prior {r['prior']:.3f}, ceiling "
+                         f"{r['ceiling']:.3f}, floor {r['floor']:.3f}")
+            if math.isnan(s["normalised"]) and s["ceiling"] <= s["floor"]:
+                note += "; ceiling <= floor: the classifier does not tell real faces from it"
             value, target = s["normalised"], th[f"prior_{stat}"]
             rows.append(_row(PRIOR, model, f"prior_{stat}", value, f">= {target:g}",
                              not math.isnan(value) and value >= target - _TOL, note))
