@@ -147,20 +147,25 @@ def _save(fig, out_png: str | Path, *, layout: bool = True) -> None:
 
 def robust_accuracy_vs_epsilon(summary_csv: str | Path, out_png: str | Path, *,
                                epsilons: Sequence[float]) -> None:
-    """One panel per (dataset, architecture): worst-case AutoAttack robust accuracy against
-    epsilon (log scale, [0, 1] pixel units) for each defense; clean test accuracy drawn as a
-    star at the left edge. AT-AT in red and thicker; one legend beside the panels."""
+    """One panel per (dataset, architecture), up to 3 a row (4: 2 x 2): worst-case AutoAttack
+    robust accuracy against epsilon (log scale, [0, 1] pixel units) for each defense; clean
+    test accuracy drawn as a star at the left edge. AT-AT in red and thicker; one legend
+    beside the panels."""
     df = pd.read_csv(summary_csv)
     eps = sorted(float(e) for e in epsilons)
     cols = [robust_column(e) for e in eps]
     panels = list(df.groupby(["dataset", "architecture"], sort=True))
     others = [d for d in dict.fromkeys(df["defense"])
               if not (df.loc[df["defense"] == d, "defense_type"] == "atat").any()]
-    fig, axes = plt.subplots(1, len(panels), squeeze=False, layout="constrained",
-                             figsize=(4.2 * len(panels) + 2.2,
-                                      max(3.6, 0.2 * df["defense"].nunique() + 0.8)))
+    ncols = 2 if len(panels) == 4 else min(len(panels), 3)
+    nrows = math.ceil(len(panels) / ncols)
+    fig, axes = plt.subplots(nrows, ncols, squeeze=False, layout="constrained",
+                             figsize=(4.2 * ncols + 2.2,
+                                      max(3.6 * nrows, 0.2 * df["defense"].nunique() + 0.8)))
+    for ax in axes.flat[len(panels):]:
+        ax.axis("off")
     handles: dict[str, object] = {}
-    for ax, ((dataset, arch), part) in zip(axes[0], panels):
+    for ax, ((dataset, arch), part) in zip(axes.flat, panels):
         for defense, rows in part.groupby("defense", sort=False):
             if rows["defense_type"].iloc[0] == "atat":
                 style = dict(marker="o", color=ATAT_COLOR, lw=2.5, zorder=3)
