@@ -283,3 +283,42 @@ def test_the_builder_writes_table_and_figure(tmp_path):
     assert md.count("\n| ") == 1 + len(POINTS)       # header + one row per lambda
     assert "0.400 [0.309, 0.498]" in md and "'nodef' model" in md
     assert outs[2].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.slow
+def test_the_rule_builds_one_point_per_lambda_from_a_summary(tmp_path):
+    """Rule dose_response through Snakemake on the demo config, from a fabricated
+    results/summary.csv (no model is trained: only that rule may run): its params (the
+    points of atat.config), the script and the builder give one row per lambda with
+    intervals, and the figure."""
+    import subprocess
+    import sys
+
+    demo = load_config(PAPER, DEMO)
+    points = dose_response_points(demo)
+    rows = []
+    for i, p in enumerate(points):
+        row = {"dataset": "synthfaces", "architecture": "resnet18", "defense": p.defense,
+               "defense_type": "nodef" if p.defense == "nodef" else "atat", "seed": 0,
+               "replicate": None, "treatment": None, "test_acc": 0.55,
+               "ppa_attacc1": (30 - i) / 100, "ppa_n_images": 100}
+        for eps in demo["autoattack"]["epsilons"]:
+            row[robust_column(eps)] = (40 - 3 * i) / 64
+            row[f"aa_n_examples_eps{eps:g}"] = 64
+        rows.append(row)
+    (tmp_path / "results").mkdir()
+    pd.DataFrame(rows).to_csv(tmp_path / "results" / "summary.csv", index=False)
+    proc = subprocess.run(
+        [sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile"), "--directory",
+         str(tmp_path), "--configfile", str(DEMO), "--cores", "1", "--allowed-rules",
+         "dose_response", "--", *paper.DOSE_RESPONSE_FILES],
+        capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    table = pd.read_csv(tmp_path / "results" / "tables" / "dose_response.csv")
+    assert table["weight_adv"].tolist() == [p.weight_adv for p in points]
+    assert table["defense"].tolist() == [p.defense for p in points]
+    for col in [robust_column(e) for e in demo["autoattack"]["epsilons"]] + ["ppa_attacc1"]:
+        assert (table[f"{col}_ci_low"] < table[col]).all()
+        assert (table[col] < table[f"{col}_ci_high"]).all()
+    png = tmp_path / "results" / "figures" / "dose_response.png"
+    assert png.read_bytes()[:4] == b"\x89PNG"
