@@ -306,7 +306,7 @@ def test_figure5_skips_misclassified_images_and_stays_within_each_epsilon(tiny_m
     io.torch_save(ckpt, tmp_path / "k.pt")
     out = figures.adversarial_examples_figure(tmp_path / "k.pt", root, [1e-5, 0.5],
                                               tmp_path / "fig5.png", n_images=3, iterations=3,
-                                              seed=seed)
+                                              seed=seed, pool_size=50)
     assert out["pool"] == labels.count(k) and out["scanned"] == len(labels)
     assert out["shown"] == [i for i in order if labels[i] == k][:3]
     assert order[0] not in out["shown"]

@@ -5,10 +5,12 @@ from _common import setup
 
 setup(snakemake)  # noqa: F821
 
-from atat.figures import reconstruction_grid  # noqa: E402
+from atat.figures import cell_title, reconstruction_grid  # noqa: E402
+from atat.paper import ATTACK_NAMES, label  # noqa: E402
 
 sm = snakemake  # noqa: F821
 w = sm.wildcards
 reconstruction_grid(dict(sm.params.models), f"{sm.input.dataset}/private", sm.output[0],
-                    title=f"{w.attack.upper()} reconstructions, {w.dataset} / {w.arch} "
-                          "(each: max. evaluation confidence)")
+                    title=f"{label(ATTACK_NAMES, w.attack)} reconstructions, "
+                          f"{cell_title(w.dataset, w.arch)} (each: the image of max. "
+                          "evaluation confidence)")
