@@ -74,7 +74,8 @@ def place_labels(ax, xs: Sequence[float], ys: Sequence[float], texts: Sequence[s
     order, each at the first free position of a spiral of candidates around its point (8
     directions, upper right first, at growing distance); failing that (a crowded panel) at
     the free position of a grid over the axes nearest to the point. A label away from its
-    point gets a thin leader line. Call after the axes' limits and the figure's layout are
+    point gets a thin leader line (drawn under points and labels, ending at the label's box).
+    Call after the axes' limits and the figure's layout are
     final (the positions are display coordinates). Returns the annotations."""
     fig = ax.figure
     fig.canvas.draw()
@@ -121,14 +122,18 @@ def place_labels(ax, xs: Sequence[float], ys: Sequence[float], texts: Sequence[s
             best = next((c for c in cands if free(box_at(*c))), (px + r + w / 2, py))
             ring = -1
         taken.append(box_at(*best))
-        far = ring != 0          # not touching its point: a leader line says whose it is
+        if ring != 0:            # not touching its point: a leader line says whose it is
+            dx, dy = best[0] - px, best[1] - py
+            cut = min(w / 2 / abs(dx) if dx else math.inf, h / 2 / abs(dy) if dy else math.inf)
+            end = (best[0] - dx * min(1.0, cut + 0.03), best[1] - dy * min(1.0, cut + 0.03))
+            (x0, y0), (x1, y1) = ax.transData.inverted().transform([(px, py), end])
+            ax.plot([x0, x1], [y0, y1], color="0.55", lw=0.6, zorder=1.5, scalex=False,
+                    scaley=False)        # under the points and the labels, ending at the box
         out.append(ax.annotate(
             t, (xs[len(out)], ys[len(out)]), xytext=((best[0] - px) * to_pt,
                                                      (best[1] - py) * to_pt),
             textcoords="offset points", ha="center", va="center", fontsize=fontsize,
-            annotation_clip=False,
-            arrowprops=dict(arrowstyle="-", lw=0.6, color="0.45", shrinkA=0, shrinkB=3)
-            if far else None))
+            annotation_clip=False, zorder=4))
     return out
 
 
