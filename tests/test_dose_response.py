@@ -322,3 +322,21 @@ def test_the_rule_builds_one_point_per_lambda_from_a_summary(tmp_path):
         assert (table[col] < table[f"{col}_ci_high"]).all()
     png = tmp_path / "results" / "figures" / "dose_response.png"
     assert png.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_generated_variants_are_labelled_from_their_base_everywhere():
+    """Tables and figures read defense labels from atat.paper: a generated dose-response
+    variant is named after its base defense and lambda, not by its file name."""
+    from atat.config import dose_response_variant_name
+    from atat.paper import DEFENSE_LABELS, REGISTRY, label
+
+    for lam, text in ((0.25, "AT-AT (\u03bb = 0.25)"), (1.0, "AT-AT (\u03bb = 1)"),
+                      (1e-05, "AT-AT (\u03bb = 1e-05)")):
+        name = dose_response_variant_name("atat", lam)
+        assert label(DEFENSE_LABELS, name) == text
+        assert DEFENSE_LABELS.get(name) == text
+        assert DEFENSE_LABELS[name] == text
+        assert REGISTRY[0].defense_labels().get(name) == text
+    assert DEFENSE_LABELS.get("unknown_w1", "fallback") == "fallback"
+    assert label(DEFENSE_LABELS, "atat_wx") == "atat_wx"
+    assert "atat_w1" not in DEFENSE_LABELS      # the registry's name check stays strict

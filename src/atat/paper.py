@@ -52,6 +52,7 @@ This module imports neither torch nor statsmodels (it runs while Snakemake build
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, Callable, Iterable, Mapping, Sequence
@@ -62,15 +63,46 @@ EXTS = ("csv", "md", "tex")
 
 # ------------------------------------------------------------------------------ labels
 #: One label per defense variant (paper typography: §2-§3, Tables 1/9, App. D.1).
-DEFENSE_LABELS = {"nodef": "NoDef", "atat": "AT-AT", "mid": "MID", "bido": "BiDO",
+class DefenseLabels(dict):
+    """The defense labels; a dose-response variant generated from a labelled defense
+    (``atat_w0p25``, :func:`atat.config.dose_response_variant_name`) is labelled from its base,
+    "AT-AT (λ = 0.25)", so every table and figure that reads labels here names it alike."""
+
+    _GENERATED = re.compile(r"^(?P<base>.+)_w(?P<tag>[0-9pme]+)$")
+
+    def _generated(self, key: Any) -> str | None:
+        m = self._GENERATED.match(str(key))
+        if m is None or m["base"] not in self:
+            return None
+        try:
+            value = float(m["tag"].replace("p", ".").replace("m", "-"))
+        except ValueError:
+            return None
+        return f"{self[m['base']]} (\u03bb = {value:g})"
+
+    def __missing__(self, key: Any) -> str:
+        generated = self._generated(key)
+        if generated is None:
+            raise KeyError(key)
+        return generated
+
+    def get(self, key: Any, default: Any = None) -> Any:  # type: ignore[override]
+        if key in self:
+            return self[key]
+        generated = self._generated(key)
+        return default if generated is None else generated
+
+
+DEFENSE_LABELS = DefenseLabels({"nodef": "NoDef", "atat": "AT-AT", "mid": "MID", "bido": "BiDO",
                   "tldmi": "TL-DMI", "tldmi5": "TL-DMI-5", "negls": "NegLS", "rolss": "RoLSS",
                   "rolss_ssf": "RoLSS-SSF", "trap_mid": "Trap-MID", "at": "AT",
                   "trap_mid_star": "Trap-MID*", "bido_lx1e3": "BiDO(.001,0)",
                   "bido_lx1e4": "BiDO(.0001,0)", "nodef_es": "NoDef (early-stopped)",
                   "permuted": "NoDef, permuted labels", "unseen_pixels": "Unseen-Pixels",
                   "unseen_pixels_gl": "Unseen-Pixels mask stage 1 (GL)",
-                  "unseen_pixels_agl": "Unseen-Pixels mask stage 2 (AGL)"}
-ARCH_LABELS = {"resnet18": "ResNet-18", "resnet152": "ResNet-152", "densenet169": "DenseNet-169"}
+                  "unseen_pixels_agl": "Unseen-Pixels mask stage 2 (AGL)"})
+ARCH_LABELS = {"resnet18": "ResNet-18", "resnet152": "ResNet-152", "densenet169": "DenseNet-169",
+               "resnet10": "ResNet-10"}
 DATASET_LABELS = {"facescrub": "FaceScrub", "celeba": "CelebA", "stanford_dogs": "Stanford Dogs",
                   "synthfaces": "SynthFaces"}
 ATTACK_NAMES = {"ppa": "PPA", "ifgmi": "IF-GMI", "ppdg": "PPDG"}
@@ -448,7 +480,7 @@ class Output:
     family: str = ""
 
     def defense_labels(self) -> dict[str, str]:
-        return {**DEFENSE_LABELS, **self.labels}
+        return DefenseLabels({**DEFENSE_LABELS, **self.labels})
 
 
 def _const(*files: str) -> Callable[[Plan], list[str]]:
