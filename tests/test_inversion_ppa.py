@@ -215,3 +215,77 @@ def test_initial_latents_are_the_candidate_search_and_reused_from_the_init_file(
     assert torch.equal(again, w)
     fresh = core.initial_latents(G, T, per_cand, cand, center_crop=None, resize=16, seed=8)
     assert not torch.equal(fresh, w)
+
+
+# ------------------------------------------------------------------ lockstep lanes (issue 16)
+def test_pack_lanes_keeps_order_and_capacity():
+    assert core.pack_lanes([5, 5, 5, 5, 5], 20) == [[0, 1, 2, 3], [4]]
+    assert core.pack_lanes([20, 20, 10, 20, 20, 10], 20) == [[0], [1], [2], [3], [4], [5]]
+    assert core.pack_lanes([2, 1, 2, 1], 3) == [[0, 1], [2, 3]]
+    assert core.pack_lanes([30, 1], 20) == [[0], [1]]   # an oversized entry stands alone
+    assert core.pack_lanes([], 4) == []
+
+
+def test_draws_random_detects_sampling_and_restores_the_stream():
+    net = TinyTarget()
+    x = torch.zeros(2, 3, 8, 8)
+    torch.manual_seed(3)
+    assert not core.draws_random(net, x)
+    assert core.draws_random(lambda t: net(t) + torch.randn(1), x)
+    assert core.draws_random(lambda t: torch.rand(1), x)
+    after = torch.rand(1)
+    torch.manual_seed(3)
+    assert torch.equal(after, torch.rand(1))            # the probes left the stream as it was
+
+
+def test_lanes_give_each_batch_its_own_stream_and_loss():
+    """Each lane's transform draws from its own stream exactly as its batch does alone, and
+    the summed loss gives each sample the gradient of its own batch's loss."""
+    tf = core.attack_transform(None, 12, [0.5, 1.0], [0.75, 1.33])
+    imgs = torch.randn(5, 3, 16, 16)
+    sizes, seeds = [2, 3], [7, 11]
+    alone = []
+    for (a, b), s in zip(((0, 2), (2, 5)), seeds):
+        torch.manual_seed(s)
+        alone.append(torch.cat([tf(imgs[a:b]) for _ in range(3)]))  # 3 steps
+    states = []
+    for s in seeds:
+        torch.manual_seed(s)
+        states.append(torch.get_rng_state())
+    lanes = core.Lanes(sizes, states)
+    torch.manual_seed(99)
+    outer = torch.get_rng_state()
+    steps = [lanes.transform(tf)(imgs) for _ in range(3)]
+    assert torch.equal(torch.get_rng_state(), outer)   # the global stream is untouched
+    for j in range(2):
+        assert torch.equal(torch.cat([lanes.split(o)[j] for o in steps]), alone[j])
+    # the lane streams continue where the batches alone would be
+    torch.manual_seed(seeds[1])
+    for _ in range(3):
+        tf(imgs[2:5])
+    assert torch.equal(lanes.states[1], torch.get_rng_state())
+    # loss: sum of the per-lane means
+    logits = torch.randn(5, 4, requires_grad=True)
+    targets = torch.tensor([0, 1, 2, 3, 0])
+    (g,) = torch.autograd.grad(lanes.loss(core.poincare_loss)(logits, targets), logits)
+    (g1,) = torch.autograd.grad(core.poincare_loss(logits[:2], targets[:2]), logits)
+    (g2,) = torch.autograd.grad(core.poincare_loss(logits[2:], targets[2:]), logits)
+    assert torch.allclose(g, g1 + g2, rtol=1e-6, atol=0)
+    with pytest.raises(ValueError, match="random states"):
+        core.Lanes([1, 2], states[:1])
+
+
+def test_candidate_search_is_confidences_then_selection():
+    G, T = tiny_generator(), TinyTarget()
+    kw = dict(search_space_size=10, center_crop=None, resize=16, batch_size=4, seed=5)
+    per = [1, 1, 3, 1]
+    ws = core.candidate_search(G, T, per, **kw)
+    w_all, conf = core.candidate_confidences(G, T, **kw)
+    c0 = conf.clone()
+    assert torch.equal(core.select_candidates(w_all, conf, per), ws)
+    assert torch.equal(conf, c0)                        # selection leaves conf alone
+    # per class from one search = all classes at once (the classes' columns are disjoint)
+    both = torch.cat([core.select_candidates(w_all, conf, [c] * 2) for c in (0, 2)])
+    assert torch.equal(both, core.select_candidates(w_all, conf, [0, 0, 2, 2]))
+    top = conf[:, 1].argsort(descending=True)[:3]
+    assert torch.equal(core.select_candidates(w_all, conf, [1, 1, 1]), w_all[top])

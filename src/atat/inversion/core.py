@@ -24,17 +24,22 @@ from atat.train import seed_everything
 
 __all__ = [
     "LOSSES",
+    "Lanes",
     "attack_transform",
     "broadcast_w",
+    "candidate_confidences",
     "candidate_search",
+    "draws_random",
     "final_selection",
     "identity_loss",
     "initial_latents",
     "optimize_w",
+    "pack_lanes",
     "poincare_loss",
     "preprocess",
     "render",
     "seed_everything",
+    "select_candidates",
     "target_classes",
 ]
 
@@ -143,15 +148,14 @@ def attack_transform(center_crop: int | None, resize: int, rrc_scale: Sequence[f
 
 # ------------------------------------------------------------------ candidate search (§1.2)
 @torch.no_grad()
-def candidate_search(G: nn.Module, target_model: nn.Module, per_candidate_targets: Sequence[int],
-                     *, search_space_size: int, center_crop: int | None, resize: int,
-                     horizontal_flip: bool = True, batch_size: int = 25,
-                     truncation_psi: float = 0.5, truncation_cutoff: int | None = 8,
-                     seed: int = 42, clip: bool = True,
-                     device: torch.device | str = "cpu") -> torch.Tensor:
-    """For each entry t of ``per_candidate_targets`` pick the not-yet-chosen latent with the
-    highest (flip-averaged) target confidence for t among ``search_space_size`` seeded z's.
-    Returns the chosen ws, [N, num_ws, w_dim] (truncated per ``truncation_cutoff``)."""
+def candidate_confidences(G: nn.Module, target_model: nn.Module, *, search_space_size: int,
+                          center_crop: int | None, resize: int, horizontal_flip: bool = True,
+                          batch_size: int = 25, truncation_psi: float = 0.5,
+                          truncation_cutoff: int | None = 8, seed: int = 42, clip: bool = True,
+                          device: torch.device | str = "cpu") -> tuple[torch.Tensor, torch.Tensor]:
+    """The search space of :func:`candidate_search`: ``search_space_size`` seeded z's mapped
+    to ws [S, num_ws, w_dim] (truncated per ``truncation_cutoff``) and their (flip-averaged)
+    target confidences [S, n_classes]."""
     z = torch.from_numpy(np.random.RandomState(seed).randn(search_space_size, G.z_dim))
     z = z.to(torch.float32).to(device)
     w_all = G.mapping(z, None, truncation_psi=truncation_psi,
@@ -165,7 +169,14 @@ def candidate_search(G: nn.Module, target_model: nn.Module, per_candidate_target
         views = [imgs, imgs.flip(3)] if horizontal_flip else [imgs]
         conf = torch.stack([target_model(v).softmax(dim=1) for v in views]).mean(dim=0)
         confs.append(conf)
-    conf = torch.cat(confs)
+    return w_all, torch.cat(confs)
+
+
+def select_candidates(w_all: torch.Tensor, conf: torch.Tensor,
+                      per_candidate_targets: Sequence[int]) -> torch.Tensor:
+    """For each entry t of ``per_candidate_targets`` the not-yet-chosen row of ``w_all`` with
+    the highest ``conf[:, t]`` (``conf`` is not modified)."""
+    conf = conf.clone()
     chosen = []
     for t in per_candidate_targets:
         idx = int(torch.argmax(conf[:, t]))
@@ -173,6 +184,23 @@ def candidate_search(G: nn.Module, target_model: nn.Module, per_candidate_target
         conf[idx, t] = -1.0
     return w_all[chosen]
 
+
+@torch.no_grad()
+def candidate_search(G: nn.Module, target_model: nn.Module, per_candidate_targets: Sequence[int],
+                     *, search_space_size: int, center_crop: int | None, resize: int,
+                     horizontal_flip: bool = True, batch_size: int = 25,
+                     truncation_psi: float = 0.5, truncation_cutoff: int | None = 8,
+                     seed: int = 42, clip: bool = True,
+                     device: torch.device | str = "cpu") -> torch.Tensor:
+    """For each entry t of ``per_candidate_targets`` pick the not-yet-chosen latent with the
+    highest (flip-averaged) target confidence for t among ``search_space_size`` seeded z's.
+    Returns the chosen ws, [N, num_ws, w_dim] (truncated per ``truncation_cutoff``)."""
+    w_all, conf = candidate_confidences(
+        G, target_model, search_space_size=search_space_size, center_crop=center_crop,
+        resize=resize, horizontal_flip=horizontal_flip, batch_size=batch_size,
+        truncation_psi=truncation_psi, truncation_cutoff=truncation_cutoff, seed=seed,
+        clip=clip, device=device)
+    return select_candidates(w_all, conf, per_candidate_targets)
 
 
 def initial_latents(G: nn.Module, target_model: nn.Module, per_candidate_targets: torch.Tensor,
@@ -195,6 +223,90 @@ def initial_latents(G: nn.Module, target_model: nn.Module, per_candidate_targets
         if init_path is not None:
             io.torch_save(w_init, init_path)
     return w_init
+
+
+# ------------------------------------------------------------------ lockstep lanes
+def _rng_states() -> tuple[torch.Tensor, list[torch.Tensor]]:
+    cuda = torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else []
+    return torch.get_rng_state(), cuda
+
+
+@torch.no_grad()
+def draws_random(fn: Callable[..., Any], *args: Any) -> bool:
+    """Whether ``fn(*args)`` draws from torch's global CPU or CUDA random streams (e.g. MID's
+    sampled bottleneck at inference). The streams are restored afterwards."""
+    cpu, cuda = _rng_states()
+    try:
+        fn(*args)
+        cpu2, cuda2 = _rng_states()
+        return not torch.equal(cpu, cpu2) or len(cuda) != len(cuda2) or any(
+            not torch.equal(a, b) for a, b in zip(cuda, cuda2))
+    finally:
+        torch.set_rng_state(cpu)
+        if cuda:
+            torch.cuda.set_rng_state_all(cuda)
+
+
+def pack_lanes(sizes: Sequence[int], capacity: int) -> list[list[int]]:
+    """Indices of ``sizes`` in order, cut into consecutive groups whose sizes sum to at most
+    ``capacity`` (a single larger entry forms its own group)."""
+    groups: list[list[int]] = []
+    total = 0
+    for i, n in enumerate(sizes):
+        if groups and total + n <= capacity:
+            groups[-1].append(i)
+            total += n
+        else:
+            groups.append([i])
+            total = n
+    return groups
+
+
+class Lanes:
+    """Several independent optimisation batches ("lanes") run as one batch, each lane doing
+    exactly what it would do alone: its random transforms draw from its own CPU torch stream
+    (``rng_states``, swapped in around the lane's call, the global stream restored after) and
+    the loss is the sum of the per-lane losses, so every sample gets the gradient it gets in
+    its own batch. The networks must treat samples independently (eval mode, no random draws:
+    :func:`draws_random`); Adam and the L1-ball projections are per element / per sample."""
+
+    def __init__(self, sizes: Sequence[int], rng_states: Sequence[torch.Tensor]):
+        if len(sizes) != len(rng_states):
+            raise ValueError(f"{len(sizes)} lanes but {len(rng_states)} random states")
+        self.sizes = [int(n) for n in sizes]
+        self.states = [s.clone() for s in rng_states]
+        bounds = np.cumsum([0, *self.sizes]).tolist()
+        self.slices = [slice(a, b) for a, b in zip(bounds[:-1], bounds[1:])]
+
+    def transform(self, tf: Callable[[torch.Tensor], torch.Tensor]
+                  ) -> Callable[[torch.Tensor], torch.Tensor]:
+        def apply(images: torch.Tensor) -> torch.Tensor:
+            outer = torch.get_rng_state()
+            outs = []
+            try:
+                for j, sl in enumerate(self.slices):
+                    torch.set_rng_state(self.states[j])
+                    outs.append(tf(images[sl]))
+                    self.states[j] = torch.get_rng_state()
+            finally:
+                torch.set_rng_state(outer)
+            return torch.cat(outs)
+
+        return apply
+
+    def loss(self, loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+             ) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
+        def total(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+            parts = [loss_fn(logits[sl], targets[sl]) for sl in self.slices]
+            out = parts[0]
+            for p in parts[1:]:
+                out = out + p
+            return out
+
+        return total
+
+    def split(self, x: torch.Tensor) -> list[torch.Tensor]:
+        return [x[sl] for sl in self.slices]
 
 
 # ------------------------------------------------------------------ optimisation (§2.2)

@@ -38,11 +38,14 @@ from atat.inversion_defaults import IFGMI_CANDIDATE_DEFAULTS, IFGMI_DEFAULTS, if
 from atat.progress import track  # one log line per batch, with ETA
 
 from .core import (
+    Lanes,
     ResultAccumulator,
     attack_transform,
     broadcast_w,
+    draws_random,
     identity_loss,
     initial_latents,
+    pack_lanes,
     seed_everything,
     target_classes,
 )
@@ -166,10 +169,20 @@ def _merge(dst: ResultAccumulator, rows: list, best: Mapping) -> None:
 # ------------------------------------------------------------------ the attack
 def run_ifgmi(G: nn.Module, target_model: nn.Module, params: Mapping[str, Any], scorer: Callable,
               *, device: str | torch.device = "cpu", resume_dir: str | Path | None = None,
-              progress: bool = True, log: Callable[[str], Any] = print) -> dict[str, Any]:
+              progress: bool = True, log: Callable[[str], Any] = print,
+              lockstep: bool = True) -> dict[str, Any]:
     """Run IF-GMI against ``target_model`` (inputs in [-1, 1] at ``params['input_resolution']``)
     with generator ``G``; ``params`` as returned by :func:`atat.config.inversion_params`.
     ``scorer(images, targets)`` scores each batch's stage images at generator resolution.
+
+    The per-class batches (spec §3.4: one class at a time, e.g. 5 candidates in a batch of
+    20) are optimised ``lockstep``: consecutive batches, up to ``batch_size`` images, run as
+    one batch of :class:`atat.inversion.core.Lanes`, each batch with its own random stream
+    (``seed + batch index``), its own loss and its own L1 balls, so every batch's result is
+    the one it gets alone, up to float rounding (the generator's modulated convolution is
+    one grouped convolution over the batch, summed in a batch-size dependent order). Not when
+    the target model draws random numbers (MID's sampled bottleneck), whose draws would be
+    shared: then one batch at a time. ``lockstep=False``: always one batch at a time.
 
     Returns ``frame`` (per-image scores of the best stage), ``best_images`` (per class the
     best-stage image of highest evaluation confidence), ``best_stage``, ``stage_attacc1``
@@ -233,23 +246,39 @@ def run_ifgmi(G: nn.Module, target_model: nn.Module, params: Mapping[str, Any], 
         stage_w: list[list[torch.Tensor]] = [[] for _ in range(n_stages)]
         stage_conf: list[list[torch.Tensor]] = [[] for _ in range(n_stages)]
         order: list[torch.Tensor] = []
-        for b, idx in enumerate(track(batches, "IF-GMI batches", log=logging.getLogger(__name__),
-                                      enabled=progress)):
-            path = resume / f"batch{b:05d}.pt" if resume else None
-            saved = io.load_resume(path) if path is not None else None  # corrupt: redone
-            if saved is None:
-                saved = _attack_batch(G, target_model, w_init[idx].to(device),
-                                      per_cand[idx].to(device), scorer, seed=seed + b,
-                                      steps=steps, lr=float(cfg["lr"]), betas=cfg["betas"],
-                                      transform=tf, loss_fn=loss_fn, r_mid=r_mid, r_w=r_w,
-                                      fig_res=fig_res, crop=crop)
-                if path is not None:
-                    io.torch_save(saved, path)
-            order.append(idx)
-            for i, st in enumerate(saved["stages"]):
-                _merge(accs[i], st["rows"], st["best"])
-                stage_w[i].append(st["w"])
-                stage_conf[i].append(st["target_conf"])
+        if lockstep and draws_random(target_model, torch.zeros(2, 3, res, res, device=device)):
+            log("IF-GMI: the target model draws random numbers at inference: one batch at a "
+                "time (no lockstep)")
+            lockstep = False
+        groups = (pack_lanes([len(i) for i in batches], bs) if lockstep
+                  else [[b] for b in range(len(batches))])
+        kw = dict(steps=steps, lr=float(cfg["lr"]), betas=cfg["betas"], transform=tf,
+                  loss_fn=loss_fn, r_mid=r_mid, r_w=r_w, fig_res=fig_res, crop=crop)
+        for group in track(groups, "IF-GMI batch groups", log=logging.getLogger(__name__),
+                           enabled=progress):
+            paths = {b: resume / f"batch{b:05d}.pt" if resume else None for b in group}
+            done = {b: io.load_resume(paths[b]) if paths[b] is not None else None
+                    for b in group}  # corrupt: redone
+            todo = [b for b in group if done[b] is None]
+            if len(todo) == 1 and not lockstep:
+                b = todo[0]
+                done[b] = _attack_batch(G, target_model, w_init[batches[b]].to(device),
+                                        per_cand[batches[b]].to(device), scorer, seed=seed + b,
+                                        **kw)
+            elif todo:
+                outs = _attack_lanes(G, target_model, [w_init[batches[b]] for b in todo],
+                                     [per_cand[batches[b]] for b in todo], scorer,
+                                     seeds=[seed + b for b in todo], device=device, **kw)
+                done.update(zip(todo, outs))
+            for b in todo:
+                if paths[b] is not None:
+                    io.torch_save(done[b], paths[b])
+            for b in group:
+                order.append(batches[b])
+                for i, st in enumerate(done[b]["stages"]):
+                    _merge(accs[i], st["rows"], st["best"])
+                    stage_w[i].append(st["w"])
+                    stage_conf[i].append(st["target_conf"])
 
     order_all = torch.cat(order)
     targets = per_cand[order_all]
@@ -305,3 +334,35 @@ def _attack_batch(G, target_model, w, targets, scorer, *, seed, steps, lr, betas
                        "target_conf": out["last_conf"].cpu()})
         del out
     return {"stages": stages}
+
+
+def _attack_lanes(G, target_model, ws, targets, scorer, *, seeds, device, steps, lr, betas,
+                  transform, loss_fn, r_mid, r_w, fig_res, crop) -> list[dict]:
+    """:func:`_attack_batch` of several batches at once (one :class:`Lanes` lane each, lane
+    j's random stream seeded with ``seeds[j]``); returns one result per batch, equal to its
+    :func:`_attack_batch` result up to float rounding."""
+    states = []
+    for s in seeds:
+        torch.manual_seed(s)
+        states.append(torch.get_rng_state())
+    lanes = Lanes([len(w) for w in ws], states)
+    w = torch.cat(list(ws)).to(device)
+    t = torch.cat(list(targets)).to(device)
+    t_cpu = t.cpu()
+    tf, lf = lanes.transform(transform), lanes.loss(loss_fn)
+    mid = None
+    stages: list[list[dict]] = [[] for _ in ws]
+    for i, s in enumerate(steps):
+        out = optimize_stage(G, target_model, w, mid, i, t, steps=s, lr=lr, betas=betas,
+                             transform=tf, loss_fn=lf, radius_mid=r_mid[i], radius_w=r_w[i])
+        w, mid = out["w"], out["out_features"]
+        with torch.no_grad():
+            scores = scorer(out["last_img"], t_cpu)
+        for j, sl in enumerate(lanes.slices):
+            acc = ResultAccumulator(fig_res, crop)
+            acc.add(out["last_img"][sl], t_cpu[sl], {c: v[sl] for c, v in scores.items()})
+            stages[j].append({"rows": acc.rows, "best": acc.best, "w": out["w"][sl].cpu(),
+                              "target_conf": out["last_conf"][sl].cpu()})
+        del out
+    torch.set_rng_state(lanes.states[-1])  # as after the last batch run alone
+    return [{"stages": st} for st in stages]
