@@ -255,7 +255,10 @@ def test_run_ppdg_structure_and_original_untouched(monkeypatch):
     monkeypatch.setattr(ppdg, "tune_generator", spy_tune)
     scorer = FakeScorer()
     logs = []
-    out = run_ppdg(G, D, tm, _params(), scorer, perc, log=logs.append)
+    # the per-class path (the spec's order of work); the shared round-1 search and the
+    # lockstep are checked against it below
+    out = run_ppdg(G, D, tm, _params(), scorer, perc, log=logs.append, share_search=False,
+                   lockstep=False)
 
     # original networks untouched
     assert _same(g0, _state(G)) and _same(d0, _state(D)) and _same(t0, _state(tm))
@@ -310,7 +313,7 @@ def test_default_steps_by_measure(monkeypatch):
     got = {}
 
     def fake_attack(G, Dp, tm, cls, params, scorer, perc, *, device, measure, inv_steps,
-                    tune_steps, log):
+                    tune_steps, log, round1=None):
         got[measure] = (inv_steps, tune_steps)
         raise StopIteration
 
@@ -398,3 +401,99 @@ def test_tune_and_project_with_lpips_vgg(tmp_path):
     for measure in ("pointwise", "mmd"):
         losses = tune_generator(G, piv, images, perc, measure, steps=2, lr=1e-3)
         assert len(losses) == 2 and all(math.isfinite(v) for v in losses)
+
+
+# ------------------------------------------------------------------ issue 16: same work, faster
+def _lockstep_params(**over):
+    # 4 classes x 2 candidates, batch size 4: round 1 of classes (0, 1) and (2, 3) together
+    return _params(**{"candidates": {"num_candidates": 2, "search_space_size": 12,
+                                     "batch_size": 6},
+                      "batch_size": 4, "targets": [3, 0, 2, 1],
+                      "final_selection": {"samples_per_target": 2, "iterations": 2, "flip": 0.5},
+                      **over})
+
+
+def _compare(a, b, exact):
+    close = (lambda x, y: torch.equal(x, y)) if exact else (
+        lambda x, y: torch.allclose(x, y, rtol=1e-4, atol=1e-5))
+    assert a["frame"]["class"].tolist() == b["frame"]["class"].tolist()
+    for col in (*SCORE_COLUMNS, "img_absmax"):
+        x = torch.tensor(a["frame"][col].to_numpy())
+        y = torch.tensor(b["frame"][col].to_numpy())
+        assert close(x, y) or (x.isnan().all() and y.isnan().all()), col
+    assert close(a["final_w"], b["final_w"])
+    assert torch.equal(a["final_targets"], b["final_targets"])
+    ra, rb = pd.DataFrame(a["round_metrics"]), pd.DataFrame(b["round_metrics"])
+    pd.testing.assert_frame_equal(ra, rb, check_exact=exact, rtol=1e-4)
+    assert a["best_images"].keys() == b["best_images"].keys()
+
+
+def test_shared_search_and_lockstep_do_the_per_class_work(monkeypatch):
+    """Round 1's candidate search (untuned generator) runs once per job and gives every
+    class the candidates of its own search (exact); round 1's optimisations of classes whose
+    candidates fit in one batch run together, each class with its own random stream and loss
+    (equal up to float rounding: the generator's grouped convolution sums in a batch-size
+    dependent order on CPU). Rounds 2+ run per class on its tuned generator."""
+    searches, confidences, opt_sizes = [], [], []
+    real_cs, real_conf, real_opt = ppdg.candidate_search, ppdg.candidate_confidences, \
+        ppdg.optimize_w
+
+    def spy_cs(*a, **k):
+        searches.append(a[2][0])
+        return real_cs(*a, **k)
+
+    def spy_conf(*a, **k):
+        confidences.append(1)
+        return real_conf(*a, **k)
+
+    def spy_opt(G, tm, w, *a, **k):
+        opt_sizes.append(len(w))
+        return real_opt(G, tm, w, *a, **k)
+
+    monkeypatch.setattr(ppdg, "candidate_search", spy_cs)
+    monkeypatch.setattr(ppdg, "candidate_confidences", spy_conf)
+    monkeypatch.setattr(ppdg, "optimize_w", spy_opt)
+    p = _lockstep_params()
+    run = lambda **k: run_ppdg(_G(), _D(), _target(), p, FakeScorer(), _perceptual(),  # noqa
+                               log=lambda m: None, **k)
+    alone = run(share_search=False, lockstep=False)
+    assert searches == [0, 0, 1, 1, 2, 2, 3, 3] and not confidences
+    assert opt_sizes == [2] * 8
+    searches.clear(), opt_sizes.clear()
+    shared = run(share_search=True, lockstep=False)
+    assert searches == [0, 1, 2, 3] and len(confidences) == 1   # round 2 per class
+    assert opt_sizes == [2] * 8
+    _compare(alone, shared, exact=True)
+    searches.clear(), confidences.clear(), opt_sizes.clear()
+    together = run()
+    assert searches == [0, 1, 2, 3] and len(confidences) == 1
+    assert opt_sizes == [4, 2, 2, 4, 2, 2]   # round 1 of (0, 1); round 2 of 0 and 1; ...
+    _compare(alone, together, exact=False)
+
+
+def test_lockstep_resume_and_random_targets(tmp_path):
+    p = _lockstep_params()
+    full = run_ppdg(_G(), _D(), _target(), p, FakeScorer(), _perceptual(), log=lambda m: None)
+    part = tmp_path / "part"
+    with pytest.raises(RuntimeError, match="simulated crash"):
+        run_ppdg(_G(), _D(), _target(), p, FakeScorer(fail_on_class=1), _perceptual(),
+                 resume_dir=part, log=lambda m: None)
+    assert sorted(x.name for x in part.glob("class_*.pt")) == ["class_00000.pt"]
+    resumed = run_ppdg(_G(), _D(), _target(), p, FakeScorer(), _perceptual(), resume_dir=part,
+                       log=lambda m: None)
+    _compare(full, resumed, exact=False)
+
+    class Noisy(nn.Module):   # samples at inference, as MID's bottleneck
+        def __init__(self):
+            super().__init__()
+            self.net = _target()
+
+        def forward(self, x):
+            out = self.net(x)
+            return out + 0.1 * torch.randn_like(out)
+
+    logs = []
+    noisy = run_ppdg(_G(), _D(), Noisy(), p, FakeScorer(), _perceptual(), log=logs.append)
+    assert any("draws random numbers" in m for m in logs)
+    _compare(run_ppdg(_G(), _D(), Noisy(), p, FakeScorer(), _perceptual(), log=lambda m: None,
+                      share_search=False, lockstep=False), noisy, exact=True)

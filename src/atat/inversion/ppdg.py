@@ -48,14 +48,18 @@ from ..precision import tf32_disabled
 from ..progress import Progress
 from .core import (
     SCORE_COLUMNS,
+    Lanes,
     ResultAccumulator,
     attack_transform,
+    candidate_confidences,
     candidate_search,
+    draws_random,
     final_selection,
     identity_loss,
     optimize_w,
     render,
     seed_everything,
+    select_candidates,
     target_classes,
 )
 from .perceptual import PerceptualFeatures
@@ -321,7 +325,11 @@ def _mean_over_targets(values: list[float]) -> float:
 
 def _attack_class(G: nn.Module, Dp: nn.Module | None, target_model: nn.Module, cls: int,
                   params: dict, scorer, perceptual: PerceptualFeatures, *, device,
-                  measure: str, inv_steps: int, tune_steps: int, log) -> dict:
+                  measure: str, inv_steps: int, tune_steps: int, log,
+                  round1: dict | None = None) -> dict:
+    """One class, all rounds. ``round1``: its first round computed beforehand, with the
+    untuned generator (:func:`_first_rounds`): the candidate search result ``w`` and, when
+    optimised in lockstep with other classes, the optimised ``w_opt``."""
     cand = params["candidates"]
     center_crop = params.get("center_crop")
     resize = int(params["input_resolution"])
@@ -337,9 +345,10 @@ def _attack_class(G: nn.Module, Dp: nn.Module | None, target_model: nn.Module, c
     final_w = final_t = None
     for r in range(num_rounds):
         last = r == num_rounds - 1
+        pre = round1 if r == 0 and round1 is not None else {}
         # a. candidate search with the current generator
         per_cand = [cls] * int(cand["num_candidates"])
-        w = candidate_search(Gc, target_model, per_cand,
+        w = pre["w"] if "w" in pre else candidate_search(Gc, target_model, per_cand,
                              search_space_size=int(cand["search_space_size"]),
                              center_crop=center_crop, resize=resize,
                              horizontal_flip=bool(cand.get("horizontal_flip", True)),
@@ -349,8 +358,8 @@ def _attack_class(G: nn.Module, Dp: nn.Module | None, target_model: nn.Module, c
                              seed=int(params["seed"]), device=device)[:, :1].detach()
         targets = torch.full((len(w),), cls, dtype=torch.long, device=device)
         # b. PPA optimisation
-        outs = []
-        for i in range(0, len(w), batch_size):
+        outs = [pre["w_opt"]] if "w_opt" in pre else []
+        for i in range(0, len(w) if not outs else 0, batch_size):
             w_b, _ = optimize_w(Gc, target_model, w[i:i + batch_size], targets[i:i + batch_size],
                                 steps=int(params["steps"]), lr=float(params["lr"]),
                                 betas=params["betas"], transform=transform, loss_fn=loss_fn)
@@ -403,10 +412,41 @@ def _attack_class(G: nn.Module, Dp: nn.Module | None, target_model: nn.Module, c
             "round_metrics": rounds}
 
 
+def _first_rounds(G0: nn.Module, target_model: nn.Module, classes: list[int], params: dict,
+                  search: tuple[Tensor, Tensor], *, seed: int, lockstep: bool, device) -> dict:
+    """Round 1 of ``classes`` before their later rounds: every class's candidates come from
+    the job's one candidate search ``search`` (w_all, confidences) with the untuned generator
+    ``G0`` — the search of every class's first round is the same — and, with ``lockstep``,
+    the classes' optimisations run as one batch of :class:`Lanes`, each class with the
+    random stream it has alone (``seed + class``). Returns per class ``w`` (searched) and,
+    with ``lockstep``, ``w_opt`` and ``rng`` (its CPU torch stream after the optimisation)."""
+    n = int(params["candidates"]["num_candidates"])
+    out = {cls: {"w": select_candidates(*search, [cls] * n)[:, :1].detach()} for cls in classes}
+    if not lockstep:
+        return out
+    states = []
+    for cls in classes:
+        torch.manual_seed(seed + cls)
+        states.append(torch.get_rng_state())
+    lanes = Lanes([n] * len(classes), states)
+    transform = attack_transform(params.get("center_crop"), int(params["input_resolution"]),
+                                 params["rrc_scale"], params["rrc_ratio"])
+    w = torch.cat([out[cls]["w"] for cls in classes])
+    targets = torch.tensor(classes, dtype=torch.long, device=device).repeat_interleave(n)
+    w_opt, _ = optimize_w(G0, target_model, w, targets, steps=int(params["steps"]),
+                          lr=float(params["lr"]), betas=params["betas"],
+                          transform=lanes.transform(transform),
+                          loss_fn=lanes.loss(identity_loss(params.get("loss", "poincare"))))
+    for cls, w_c, state in zip(classes, lanes.split(w_opt), lanes.states):
+        out[cls].update(w_opt=w_c, rng=state)
+    return out
+
+
 def run_ppdg(G: nn.Module, D: nn.Module | None, target_model: nn.Module, params: dict, scorer,
              perceptual: PerceptualFeatures, *, device: str | torch.device = "cpu",
              resume_dir: str | Path | None = None, progress: bool = True,
-             log: Callable[[str], None] = print) -> dict:
+             log: Callable[[str], None] = print, share_search: bool = True,
+             lockstep: bool = True) -> dict:
     """Run PPDG (spec §4.2) on every target class of ``params`` (from
     ``atat.config.inversion_params(..., "ppdg")``). ``G``, ``D`` and ``target_model`` are not
     modified (deep copies). ``scorer(images, targets) -> {SCORE_COLUMNS: per-image tensors}``.
@@ -416,7 +456,16 @@ def run_ppdg(G: nn.Module, D: nn.Module | None, target_model: nn.Module, params:
     targets of the per-target attacc1/attacc5/evalconf/dist_face/dist_eval, spec §4.4),
     ``final_w`` [N, 1, w_dim] and ``final_targets`` [N] of the last round, ``targets`` (attacked
     classes, ascending) and ``note``. With ``resume_dir`` every finished class is written
-    atomically to ``class_<c>.pt`` and skipped on restart."""
+    atomically to ``class_<c>.pt`` and skipped on restart.
+
+    Same work, less time (when the target model draws no random numbers at inference; MID's
+    sampled bottleneck does, and then every class runs alone): ``share_search`` — the
+    candidate search of round 1 (untuned generator, the same for every class) runs once per
+    job and each class takes its top candidates from it (exact); ``lockstep`` — when a
+    class's candidates fit in one batch, round 1's optimisations of several classes run as
+    one batch of up to ``batch_size`` (:class:`Lanes`: each class keeps its own random
+    stream and loss; equal up to float rounding). Later rounds use each class's own tuned
+    generator and run one class at a time."""
     measure = params["measure"]
     if measure not in MEASURES:
         raise ValueError(f"unknown PPDG measure {measure!r} (known: {MEASURES})")
@@ -442,23 +491,58 @@ def run_ppdg(G: nn.Module, D: nn.Module | None, target_model: nn.Module, params:
 
     fingerprint = _fingerprint(params, perceptual, Dp is not None)
     rdir = Path(resume_dir) if resume_dir is not None else None
+    saved = {}
+    for cls in classes:
+        path = _class_file(rdir, cls) if rdir is not None else None
+        res = load_resume(path) if path is not None else None  # corrupt: moved aside, redone
+        if res is not None and res.get("fingerprint") != fingerprint:
+            raise ValueError(f"{path} was written with different PPDG settings; "
+                             "remove the resume directory to start over")
+        saved[cls] = res
+    pending = [cls for cls in classes if saved[cls] is None]
+    res_px = int(params["input_resolution"])
+    if (share_search or lockstep) and pending and draws_random(
+            tm, torch.zeros(2, 3, res_px, res_px, device=device)):
+        log("[ppdg] the target model draws random numbers at inference: every class runs "
+            "alone (no shared candidate search, no lockstep)")
+        share_search = lockstep = False
+    n_cand = int(params["candidates"]["num_candidates"])
+    lockstep = lockstep and n_cand <= int(params["batch_size"])
+    group_size = max(1, int(params["batch_size"]) // n_cand) if lockstep else len(pending)
+    search = G0 = None
+    first: dict[int, dict] = {}
     results = []
     classes_done = Progress(len(classes), "[ppdg] classes done", log=say)  # with ETA
     for k, cls in enumerate(classes):
         path = _class_file(rdir, cls) if rdir is not None else None
-        res = load_resume(path) if path is not None else None  # corrupt: moved aside, redone
-        if res is not None:
-            if res.get("fingerprint") != fingerprint:
-                raise ValueError(f"{path} was written with different PPDG settings; "
-                                 "remove the resume directory to start over")
+        if saved[cls] is not None:
             say(f"[ppdg] class {cls} ({k + 1}/{len(classes)}): resumed from {path}")
-            results.append(res)
+            results.append(saved[cls])
             classes_done.skip()
             continue
+        if (share_search or lockstep) and cls not in first:
+            if search is None:
+                G0 = copy.deepcopy(G).eval().requires_grad_(False).to(device)
+                cand = params["candidates"]
+                search = candidate_confidences(
+                    G0, tm, search_space_size=int(cand["search_space_size"]),
+                    center_crop=params.get("center_crop"), resize=res_px,
+                    horizontal_flip=bool(cand.get("horizontal_flip", True)),
+                    batch_size=int(cand.get("batch_size", 25)),
+                    truncation_psi=float(cand.get("truncation_psi", 0.5)),
+                    truncation_cutoff=cand.get("truncation_cutoff", 8), seed=seed,
+                    device=device)
+            i = pending.index(cls)
+            first.update(_first_rounds(G0, tm, pending[i:i + group_size], params, search,
+                                       seed=seed, lockstep=lockstep, device=device))
         say(f"[ppdg] class {cls} ({k + 1}/{len(classes)})")
         seed_everything(seed + cls)
+        pre = first.pop(cls, None)
+        if pre is not None and "rng" in pre:
+            torch.set_rng_state(pre["rng"])  # its stream after its own round-1 optimisation
         res = _attack_class(G, Dp, tm, cls, params, scorer, perceptual, device=device,
-                            measure=measure, inv_steps=inv_steps, tune_steps=tune_steps, log=say)
+                            measure=measure, inv_steps=inv_steps, tune_steps=tune_steps, log=say,
+                            round1=pre)
         res["fingerprint"] = fingerprint
         if path is not None:
             torch_save(res, path)
