@@ -250,3 +250,52 @@ def test_summary_gives_the_real_nearest_neighbour_scale_of_the_distances():
     assert math.isnan(s["dist_face_real_nn"])  # no face network
     single = Evaluator(FakeEval(), real=(images([6]), torch.tensor([1])), eval_resolution=8)
     assert math.isnan(single.real_nn_distances()["dist_eval_real_nn"])
+
+
+# ------------------------------------------------------------------ issue 16: embedded once
+def test_cached_real_embeddings_equal_embedding_in_the_job(tmp_path):
+    """The features saved once per dataset give the job's scorer exactly what it computes
+    itself when it attacks every class (same batches); for a subset of classes the batches
+    differ, which may change the features by float rounding only."""
+    from atat.data.synthfaces import generate_synthfaces
+    from atat.inversion.metrics import load_real_embeddings, save_real_embeddings
+    from atat.models import build_model
+
+    generate_synthfaces(tmp_path / "ds", n_private_identities=4, n_public_identities=1,
+                        images_per_identity=8, public_images_per_identity=1, resolution=16,
+                        seed=1, progress=False)
+    root = tmp_path / "ds" / "private"
+    torch.manual_seed(0)
+    model = build_model("resnet18", 4).eval()
+    model.resolution = 32
+    face = FakeFace()
+    made = Evaluator(model, face, real=root, batch_size=5)
+    save_real_embeddings(made, tmp_path / "emb.pt", evaluation_sha256="abc")
+    cache = load_real_embeddings(tmp_path / "emb.pt")
+    assert cache["evaluation_sha256"] == "abc" and cache["batch_size"] == 5
+    x = torch.rand(6, 3, 20, 20) * 2 - 1
+    t = torch.tensor([0, 1, 2, 3, 3, 1])
+    job = Evaluator(model, face, real=root, classes=[0, 1, 2, 3], batch_size=5)
+    cached = Evaluator(model, face, real=None, classes=[0, 1, 2, 3], batch_size=5,
+                       real_embeddings=cache)
+    assert list(cached.real_eval) == list(job.real_eval)      # same order: same pooled means
+    for c in job.real_eval:
+        assert torch.equal(cached.real_eval[c], job.real_eval[c])
+        assert torch.equal(cached.real_face[c], job.real_face[c])
+    a, b = job(x, t), cached(x, t)
+    for col in SCORE_COLUMNS:
+        assert torch.equal(a[col], b[col]), col
+    assert job.real_nn_distances() == cached.real_nn_distances()
+    # a subset: the classes asked for, values equal up to float rounding
+    sub_job = Evaluator(model, face, real=root, classes=[3, 1], batch_size=5)
+    sub = Evaluator(model, face, real=None, classes=[3, 1], batch_size=5,
+                    real_embeddings=cache)
+    assert sorted(sub.real_eval) == sorted(sub_job.real_eval) == [1, 3] and sub.classes == [1, 3]
+    for c in (1, 3):
+        assert torch.allclose(sub.real_eval[c], sub_job.real_eval[c], rtol=1e-4, atol=1e-5)
+    # made with other settings or networks: refused
+    with pytest.raises(ValueError, match="remake"):
+        Evaluator(model, face, real=None, batch_size=4, real_embeddings=cache)
+    with pytest.raises(ValueError, match="face"):
+        Evaluator(model, None, real=None, real_embeddings=dict(cache, face_resolution=None),
+                  batch_size=5)

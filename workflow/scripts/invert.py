@@ -15,4 +15,5 @@ run_inversion(attack=p.ids["attack"], params=dict(p.attack), ids=dict(p.ids),
               dataset_dir=inp.dataset, face_path=inp.get("face"), faces=bool(p.faces),
               perceptual=perceptual, out_per_image=out.per_image, out_metrics=out.metrics,
               out_images=out.images, out_latents=out.latents, resume_dir=p.resume,
-              device=device(), face_resolution=int(p.face["resolution"]))
+              device=device(), face_resolution=int(p.face["resolution"]),
+              real_embeddings=inp.real_embeddings)

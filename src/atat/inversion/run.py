@@ -23,7 +23,7 @@ from atat.train import load_model
 
 from .core import target_classes
 from .evaluation import load_evaluation_model, load_face_network
-from .metrics import Evaluator
+from .metrics import Evaluator, load_real_embeddings, save_real_embeddings
 from .stylegan2 import Discriminator, Generator
 
 log = logging.getLogger(__name__)
@@ -86,6 +86,43 @@ def prepare_resume_dir(resume_dir: str | Path, fingerprint: Mapping[str, Any]) -
     return False
 
 
+def _digest(path: str | Path | None) -> str | None:
+    return sha256sum(path) if path is not None else None
+
+
+def write_real_embeddings(*, evaluation_path: str | Path, dataset_dir: str | Path,
+                          face_path: str | Path | None, faces: bool, out_path: str | Path,
+                          device: str = "cpu", face_resolution: int | None = None
+                          ) -> dict[str, Any]:
+    """The scorer's features of every private training image (evaluation model, and the face
+    network on face datasets), made once per dataset and networks for all of its inversion
+    jobs (rule ``real_embeddings``); stamped with the networks' sha256."""
+    start = time.time()
+    evaluation = load_evaluation_model(evaluation_path, device)
+    face_net = (load_face_network(face_path, device, face_resolution)
+                if (faces and face_path) else None)
+    ev = Evaluator(evaluation, face_net, real=Path(dataset_dir) / "private", device=device)
+    meta = {"evaluation_sha256": _digest(evaluation_path),
+            "face_sha256": _digest(face_path) if face_net is not None else None}
+    save_real_embeddings(ev, out_path, **meta)
+    n = sum(len(v) for v in ev.real_eval.values())
+    log.info("embedded %d private training images of %d classes in %.0f s", n,
+             len(ev.real_eval), time.time() - start)
+    return {"n_images": n, "n_classes": len(ev.real_eval), **meta}
+
+
+def _checked_embeddings(path: str | Path, evaluation_path: str | Path,
+                        face_path: str | Path | None) -> dict[str, Any]:
+    cache = load_real_embeddings(path)
+    want = {"evaluation_sha256": _digest(evaluation_path),
+            "face_sha256": _digest(face_path) if cache.get("face") is not None else None}
+    got = {k: cache.get(k) for k in want}
+    if got != want:
+        raise ValueError(f"{path} was made with other networks ({got}, these are {want}): "
+                         "remake it (rule real_embeddings)")
+    return cache
+
+
 def run_inversion(*, attack: str, params: Mapping[str, Any], ids: Mapping[str, Any],
                   model_path: str | Path, generator_path: str | Path,
                   evaluation_path: str | Path, dataset_dir: str | Path,
@@ -93,7 +130,10 @@ def run_inversion(*, attack: str, params: Mapping[str, Any], ids: Mapping[str, A
                   perceptual: Mapping[str, Any] | None, out_per_image: str | Path,
                   out_metrics: str | Path, out_images: str | Path, out_latents: str | Path,
                   resume_dir: str | Path | None = None, device: str = "cpu",
-                  progress: bool = True, face_resolution: int | None = None) -> dict[str, Any]:
+                  progress: bool = True, face_resolution: int | None = None,
+                  real_embeddings: str | Path | None = None) -> dict[str, Any]:
+    """``real_embeddings``: a :func:`write_real_embeddings` file of the same networks (else
+    the private training images are embedded here)."""
     start = time.time()
     model, defense, ckpt = load_model(model_path, device)
     target = TargetLogits(model, defense).eval()
@@ -109,9 +149,13 @@ def run_inversion(*, attack: str, params: Mapping[str, Any], ids: Mapping[str, A
     classes = target_classes(params["targets"], int(params["n_classes"]),
                              params.get("dataset_kind", ""), int(params["seed"]),
                              first_k=(attack == "ifgmi"))
+    cache = (_checked_embeddings(real_embeddings, evaluation_path,
+                                 face_path if face_net is not None else None)
+             if real_embeddings is not None else None)
     scorer = Evaluator(evaluation, face_net, real=Path(dataset_dir) / "private",
                        center_crop=params.get("center_crop"), classes=classes, device=device,
-                       face_metric_note=None if faces else NOT_A_FACE_DATASET)
+                       face_metric_note=None if faces else NOT_A_FACE_DATASET,
+                       real_embeddings=cache)
     log.info("%s on %s: %d target classes", attack, ckpt["model_id"], len(classes))
     if resume_dir is not None:
         inputs = [model_path, generator_path, evaluation_path, face_path,
