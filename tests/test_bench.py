@@ -172,3 +172,18 @@ def test_quick_inversion_split(tmp_path):
         assert 0.9 < sum(parts.values()) <= 1 + 1e-6
         assert parts["generator"] > 0 and parts["target"] > 0 and parts["scorer"] > 0
         assert (parts["final_selection"] > 0) == (attack != "ifgmi")  # IF-GMI has none
+
+
+def test_quick_inversion_speedups(tmp_path):
+    """Each exact inversion speed-up has its line, timed against the path without it, and
+    the cached real-image features are the job's own."""
+    out = tmp_path / "bench.csv"
+    assert bench.main(["--quick", "--only", "inversion_speedups", "--out", str(out),
+                       "--cache", str(tmp_path / "cache")]) == 0
+    rows = {r["variant"]: r for r in csv.DictReader(out.open())}
+    assert set(rows) == {"ifgmi lockstep", "ppdg shared search", "ppdg lockstep", "ppdg both",
+                         "real embeddings cached"}
+    for r in rows.values():
+        assert float(r["project_s"]) > 0 and float(r["reference_s"]) > 0
+        assert float(r["ratio"]) > 0
+    assert "features identical: True" in rows["real embeddings cached"]["note"]

@@ -24,6 +24,10 @@ directly — and prints the ratio with the goal of issue 16 beside it:
   PPDG's perceptual network and discriminator, and the rest (forward and backward of each
   network, timed through hooks and autograd markers; the attack code is not changed).
   No reference path exists: the split says where a speed-up can come from.
+* ``inversion_speedups/<change>``: each exact inversion speed-up of issue 16 (IF-GMI's and
+  PPDG's per-class batches in lockstep, PPDG's round-1 candidate search once per job, the
+  real-image embeddings made once per dataset) vs the same job without it, in CPU seconds,
+  with how far the results moved (:func:`bench_inversion_speedups`).
 * ``dry_run/<config>``: ``snakemake -n all`` wall time (goal ≤ 3 s for the paper DAG).
 
 Timings on a shared machine are noisy: the project and the reference alternate within each
@@ -51,7 +55,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 ROOT = Path(__file__).resolve().parents[2]
-COMPONENTS = ("train_step", "train_job", "autoattack", "inversion", "dry_run")
+COMPONENTS = ("train_step", "train_job", "autoattack", "inversion", "inversion_speedups",
+              "dry_run")
 
 
 @dataclasses.dataclass
@@ -573,10 +578,12 @@ def run_split_attack(attack: str, params: Mapping[str, Any], nets: Mapping[str, 
     for mod in (ppa, ifgmi, ppdg):
         patches.append(_patched(mod, "attack_transform", transform(core.attack_transform)))
     # where the attacks look the candidate search up: core (initial_latents, PPA and IF-GMI)
-    # and PPDG's own rounds
+    # and PPDG's own rounds (later rounds; round 1 searches once per job)
     for mod in (core, ppdg):
         patches.append(_patched(mod, "candidate_search",
                                 phase(core.candidate_search, "candidate_search")))
+    patches.append(_patched(ppdg, "candidate_confidences",
+                            phase(core.candidate_confidences, "candidate_search")))
     for mod in (ppa, ppdg):
         patches.append(_patched(mod, "final_selection",
                                 phase(core.final_selection, "final_selection", "final_selection")))
@@ -677,6 +684,106 @@ def bench_inversion(cfg: Mapping[str, Any], cache: Path, *, attacks: Sequence[st
     return rows
 
 
+def bench_inversion_speedups(cfg: Mapping[str, Any], cache: Path, *, n_classes: int = 4,
+                             repeats: int = 3, quick: bool = False) -> list[Row]:
+    """The exact inversion speed-ups of issue 16, each against the path without it, on the
+    demo's settings and random networks of its shapes (``n_classes`` classes attacked, 4 =
+    one lockstep batch of 20 at the demo's 5 candidates per class), order rotated per repeat:
+
+    * ``ifgmi lockstep``: IF-GMI's per-class batches run together vs one at a time;
+    * ``ppdg shared search`` / ``ppdg lockstep``: PPDG's round-1 candidate search once per
+      job vs per class, then also round 1's optimisations together vs per class;
+    * ``real embeddings cached``: the scorer built from rule real_embeddings' features vs
+      embedding the private training images in the job (the demo attacks every class).
+
+    Timed in CPU seconds of this process (one thread by default), so that other work on the
+    machine changes the ratios less. The note gives how far the results moved (latents,
+    Acc@1, evaluation confidence: float rounding only)."""
+    from atat.config import inversion_params
+    from atat.inversion import ifgmi, ppdg
+    from atat.inversion.metrics import Evaluator, load_real_embeddings, save_real_embeddings
+    from atat.inversion.perceptual import build_perceptual
+
+    ds = cfg["datasets"]["synthfaces"]
+    k = min(int(n_classes), int(ds["n_classes"]))
+    real_root = bench_dataset(cache, cfg)
+    nets = inversion_networks(cfg)
+    G, target = nets["G"], nets["target"]
+    rows: list[Row] = []
+    unit = (f"CPU s of a job of {k} of {ds['n_classes']} classes (demo settings"
+            f"{', QUICK' if quick else ''})")
+
+    def params_of(attack: str) -> dict[str, Any]:
+        p = inversion_params(cfg, "synthfaces", "resnet18", "nodef", attack)
+        p = quick_inversion_params(p) if quick else p
+        p["targets"] = list(range(k))
+        return p
+
+    scorer = Evaluator(nets["evaluation"], nets["face"], real=real_root, classes=list(range(k)))
+
+    def moved(a: Mapping[str, Any], b: Mapping[str, Any]) -> str:
+        dw = float((a["final_w"] - b["final_w"]).abs().max())
+        fa, fb = a["frame"], b["frame"]
+        return (f"max |Δw| {dw:.1e}, Acc@1 {fa['correct_top1'].mean():.4f} vs "
+                f"{fb['correct_top1'].mean():.4f}, max |Δevalconf| "
+                f"{float((fa['evalconf'] - fb['evalconf']).abs().max()):.1e}")
+
+    def rotate(fns: Sequence[Callable[[], Any]]) -> tuple[list[list[float]], list[Any]]:
+        times: list[list[float]] = [[] for _ in fns]
+        outs: list[Any] = [None] * len(fns)
+        for i in range(repeats):
+            for j in [(i + n) % len(fns) for n in range(len(fns))]:
+                t0 = time.process_time()  # CPU time: the machine may be shared
+                outs[j] = fns[j]()
+                times[j].append(time.process_time() - t0)
+        return times, outs
+
+    quiet = lambda _m: None  # noqa: E731
+    p = params_of("ifgmi")
+    (t_one, t_lock), (r_one, r_lock) = rotate([
+        lambda: ifgmi.run_ifgmi(G, target, p, scorer, progress=False, log=quiet,
+                                lockstep=False),
+        lambda: ifgmi.run_ifgmi(G, target, p, scorer, progress=False, log=quiet)])
+    rows.append(_summary("inversion_speedups", "ifgmi lockstep", t_lock, t_one, per=1,
+                         goal="", ratio_def="speed-up (one batch at a time / lockstep)",
+                         unit=unit, note=moved(r_one, r_lock)))
+
+    p = params_of("ppdg")
+    net = build_perceptual(p["perceptual"], module=nets["perceptual"])
+    run = lambda **kw: ppdg.run_ppdg(G, nets["D"], target, p, scorer, net,  # noqa: E731
+                                     progress=False, log=quiet, **kw)
+    (t_base, t_search, t_both), (r_base, r_search, r_both) = rotate([
+        lambda: run(share_search=False, lockstep=False),
+        lambda: run(share_search=True, lockstep=False),
+        lambda: run()])
+    rows.append(_summary("inversion_speedups", "ppdg shared search", t_search, t_base, per=1,
+                         goal="", ratio_def="speed-up (search per class / once per job)",
+                         unit=unit, note=moved(r_base, r_search)))
+    rows.append(_summary("inversion_speedups", "ppdg lockstep", t_both, t_search, per=1,
+                         goal="", ratio_def="speed-up (round 1 per class / lockstep), both "
+                         "with the shared search", unit=unit, note=moved(r_search, r_both)))
+    rows.append(_summary("inversion_speedups", "ppdg both", t_both, t_base, per=1, goal="",
+                         ratio_def="speed-up (before / after)", unit=unit,
+                         note=moved(r_base, r_both)))
+
+    all_classes = list(range(int(ds["n_classes"])))
+    emb_path = cache / "real_embeddings.pt"
+    save_real_embeddings(Evaluator(nets["evaluation"], nets["face"], real=real_root), emb_path)
+    (t_embed, t_cached), (e_job, e_cached) = rotate([
+        lambda: Evaluator(nets["evaluation"], nets["face"], real=real_root,
+                          classes=all_classes),
+        lambda: Evaluator(nets["evaluation"], nets["face"], real=None, classes=all_classes,
+                          real_embeddings=load_real_embeddings(emb_path))])
+    same = all(torch.equal(e_job.real_eval[c], e_cached.real_eval[c]) and
+               torch.equal(e_job.real_face[c], e_cached.real_face[c]) for c in e_job.real_eval)
+    rows.append(_summary("inversion_speedups", "real embeddings cached", t_cached, t_embed,
+                         per=1, goal="", ratio_def="speed-up (embed in the job / load the file)",
+                         unit="CPU s of one job's scorer set-up, every class",
+                         note=f"saves {statistics.median(t_embed) - statistics.median(t_cached):.1f}"
+                              f" CPU s per job; features identical: {same}"))
+    return rows
+
+
 def _spread(values: Sequence[float]) -> float:
     lo, hi = min(values), max(values)
     if lo <= 0:
@@ -770,6 +877,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         rows += bench_inversion(cfg, cache, n_classes=1 if args.quick else args.inversion_classes,
                                 repeats=1 if args.quick else max(1, args.repeats // 2),
                                 quick=args.quick)
+    if "inversion_speedups" in only:
+        rows += bench_inversion_speedups(cfg, cache, n_classes=1 if args.quick else 4,
+                                         repeats=1 if args.quick else 3, quick=args.quick)
     if "dry_run" in only:
         rows += bench_dry_run(repeats=1 if args.quick else 3)
     meta = {"date": time.strftime("%Y-%m-%d"), "threads": args.threads, "quick": args.quick,
