@@ -71,12 +71,12 @@ def place_labels(ax, xs: Sequence[float], ys: Sequence[float], texts: Sequence[s
     overlap, no label covers a point and every label stays inside the axes.
 
     A deterministic greedy placement in display coordinates: labels are placed in the given
-    order, each at the first free position of a spiral of candidates around its point (8
+    order, each at the first free position of rings of candidates around its point (16
     directions, upper right first, at growing distance); failing that (a crowded panel) at
-    the free position of a grid over the axes nearest to the point. A label away from its
+    the free position of a grid over the axes nearest to the point. A label not touching its
     point gets a thin leader line (drawn under points and labels, ending at the label's box).
-    Call after the axes' limits and the figure's layout are
-    final (the positions are display coordinates). Returns the annotations."""
+    Call after the axes' limits and the figure's layout are final (the positions are display
+    coordinates). Returns the annotations."""
     fig = ax.figure
     fig.canvas.draw()
     renderer = fig.canvas.get_renderer()
@@ -612,7 +612,8 @@ def adversarial_examples_figure(model_path: str | Path, dataset_root: str | Path
             ax.set_yticks([])
             true = int(y[i])
             if pred is None:
-                text, colour = f"true {class_label(names, true, 14)}\n(correct)", "black"
+                text = f"true {class_label(names, true, 14)}\npred {true} (correct)"
+                colour = "black"
             else:
                 p = int(pred[i])
                 wrong = p != true
@@ -623,7 +624,8 @@ def adversarial_examples_figure(model_path: str | Path, dataset_root: str | Path
             if r == 0:
                 ax.set_title(head, fontsize=MIN_FONT_PT + 1)
     fig.suptitle(wrap_title(f"Untargeted L∞ PGD ({iterations} steps) adversarial examples, "
-                            f"{ckpt['model_id']}; rows: correctly classified test images",
-                            CELL_IN * 1.15 * len(columns), 9), fontsize=9)
+                            f"{ckpt['model_id']}. Rows: {len(rows)} of {len(pool)} correctly "
+                            f"classified test images (seed {seed}), those misclassified at the "
+                            "smallest ε first", CELL_IN * 1.15 * len(columns), 9), fontsize=9)
     _save(fig, out_png)
     return info
