@@ -175,6 +175,11 @@ def test_prior_statistics_at_their_threshold(value, passed):
     row = pc.check_preconditions(_summary(nodef={}), {}, CONFIG, {"p": blind}).iloc[-3]
     assert row["check"] == "prior_recognition" and not bool(row["passed"])
     assert "ceiling <= floor" in row["note"]
+    old = _prior_record()
+    del old["coverage"]  # a record written before coverage was measured
+    row = pc.check_preconditions(_summary(nodef={}), {}, CONFIG, {"p": old}).iloc[-1]
+    assert row["check"] == "prior_coverage" and not bool(row["passed"])
+    assert "rerun rule prior_quality" in row["note"]
 
 
 def test_the_paper_priors_are_reported_as_not_measured_and_the_demo_prior_is_measured():

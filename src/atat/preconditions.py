@@ -181,6 +181,11 @@ def prior_rows(priors: Mapping[str, Mapping[str, Any] | None], config: Mapping[s
             rows.append(_row(PRIOR, model, "prior_quality", None, "", None, reason))
             continue
         for stat in PRIOR_STATISTICS:
+            if not isinstance(q.get(stat), Mapping):  # e.g. a record of an older version
+                rows.append(_row(PRIOR, model, f"prior_{stat}", None,
+                                 f">= {th[f'prior_{stat}']:g}", False,
+                                 f"no {stat} in the quality record: rerun rule prior_quality"))
+                continue
             s = {k: _num(v) for k, v in q[stat].items()}
             n = q["n_recall"] if stat == "coverage" else q["n_samples"]
             note = (f"prior {s['prior']:.3f} (n={n}), ceiling {s['ceiling']:.3f} (held-out "
@@ -191,7 +196,7 @@ def prior_rows(priors: Mapping[str, Mapping[str, Any] | None], config: Mapping[s
                          f"{q['identities_recognised']['prior']} of {q['n_identities']}")
             else:
                 note += f"; k = {q['k']}, {q['n_reference']} real reference images"
-            if stat == "coverage":
+            if stat == "coverage" and isinstance(q.get("recall"), Mapping):
                 r = {k: _num(v) for k, v in q["recall"].items()}
                 note += (f"; improved recall (reported only) prior {r['prior']:.3f}, ceiling "
                          f"{r['ceiling']:.3f}, floor {r['floor']:.3f}")
