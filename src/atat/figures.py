@@ -66,7 +66,8 @@ def _boxes_overlap(a: tuple[float, float, float, float], b: tuple[float, float, 
 
 
 def place_labels(ax, xs: Sequence[float], ys: Sequence[float], texts: Sequence[str], *,
-                 fontsize: float = MIN_FONT_PT, marker_px: float = 8.0) -> list:
+                 fontsize: float = MIN_FONT_PT, marker_px: float = 8.0,
+                 renderer=None) -> list:
     """Label the points ``(xs[i], ys[i])`` of ``ax`` with ``texts[i]`` so that no two labels
     overlap, no label covers a point and every label stays inside the axes.
 
@@ -76,10 +77,12 @@ def place_labels(ax, xs: Sequence[float], ys: Sequence[float], texts: Sequence[s
     the free position of a grid over the axes nearest to the point. A label not touching its
     point gets a thin leader line (drawn under points and labels, ending at the label's box).
     Call after the axes' limits and the figure's layout are final (the positions are display
-    coordinates). Returns the annotations."""
+    coordinates; ``renderer``: that of a figure already drawn in its final layout, else the
+    figure is drawn here). Returns the annotations."""
     fig = ax.figure
-    fig.canvas.draw()
-    renderer = fig.canvas.get_renderer()
+    if renderer is None:
+        fig.canvas.draw()
+        renderer = fig.canvas.get_renderer()
     to_pt = 72.0 / fig.dpi
     ab = ax.get_window_extent(renderer)
     axbox = (ab.x0 + 2, ab.y0 + 2, ab.x1 - 2, ab.y1 - 2)
@@ -325,9 +328,11 @@ def _accuracy_vs_privacy_figure(summary: pd.DataFrame, *, attacks: Sequence[str]
             to_label.append((ax, part, col))
             drawn += 1
     fig.tight_layout()
+    fig.canvas.draw()                   # once: the layout is final, the labels do not move it
+    renderer = fig.canvas.get_renderer()
     for ax, part, col in to_label:
         place_labels(ax, part["test_acc"].tolist(), part[col].tolist(), part["name"].tolist(),
-                     marker_px=11.0)
+                     marker_px=11.0, renderer=renderer)
     return fig, drawn
 
 
