@@ -1,6 +1,7 @@
 """atat.models: ImageNet weight files load in the format torchvision publishes them."""
 
 import re
+from pathlib import Path
 
 import pytest
 import torch
@@ -41,3 +42,36 @@ def test_densenet169_loads_a_weight_file_as_torchvision_publishes_it(tmp_path, p
     for k, v in state.items():
         if k.startswith("features.") and v.is_floating_point():
             assert torch.equal(got[k], v), k
+
+
+def test_resnet10_is_the_shallow_from_scratch_resnet():
+    """Issue 17's miniature grid: ResNet-10 = torchvision's ResNet with one BasicBlock per
+    stage; the ResNet stages BiDO and HSIC read and the 512-d features of ResNet-18; no
+    ImageNet weights, so a pretrained recipe on it is refused before any job."""
+    import copy
+
+    from atat.config import ConfigError, load_config, validate_config
+    from atat.models import build_model
+
+    net = build_model("resnet10", 5)
+    assert [len(getattr(net.features, f"layer{i}")) for i in range(1, 5)] == [1, 1, 1, 1]
+    assert net.feature_dim == 512
+    logits, hidden = net.forward_hidden(torch.randn(2, 3, 32, 32))
+    assert logits.shape == (2, 5) and len(hidden) == 4
+    n10 = sum(p.numel() for p in net.parameters())
+    assert n10 < sum(p.numel() for p in build_model("resnet18", 5).parameters()) / 2
+    with pytest.raises(ValueError, match="no ImageNet weights"):
+        build_model("resnet10", 5, weights_path="x.pth")
+    root = Path(__file__).resolve().parents[1] / "config"
+    cfg = load_config(root / "config.yaml", root / "demo.yaml")
+    cfg = copy.deepcopy(cfg)
+    cfg["architectures"]["resnet10"] = {}
+    cfg["grid"] = [{"datasets": ["synthfaces"], "architectures": ["resnet10"],
+                    "defenses": ["nodef"]}]
+    cfg["causal"], cfg["inversion"]["attacks"] = None, []
+    cfg["dose_response"] = None
+    cfg["tables"] = {"table4_architecture": "resnet10"}
+    validate_config(cfg)
+    cfg["training"]["pretrained"] = True
+    with pytest.raises(ConfigError, match="architectures.resnet10: no ImageNet weights"):
+        validate_config(cfg)

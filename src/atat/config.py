@@ -169,6 +169,7 @@ def _check_semantics(config: Mapping[str, Any]) -> None:
     _check_names(config)
     _check_early_stopping(config)
     _check_ranges(config)
+    _check_pretrained_weights(config)
     _check_statistics(config)   # last: a reduced grid's own problems are named first
 
 
@@ -252,6 +253,21 @@ def _check_ranges(config: Mapping[str, Any]) -> None:
 #: ``tables.table4_architecture`` when the config leaves it out (the paper's main
 #: architecture; atat.paper.main_architecture reads the same default).
 TABLE4_DEFAULT_ARCHITECTURE = "resnet152"
+
+
+def _check_pretrained_weights(config: Mapping[str, Any]) -> None:
+    """A model whose recipe starts from ImageNet weights (``pretrained: true``) needs an
+    architecture torchvision publishes them for (``atat.weights_table``): not ResNet-10,
+    the demo's from-scratch shallow network."""
+    from atat.weights_table import TORCHVISION_WEIGHTS
+
+    for run in model_runs(config):
+        if run.architecture in TORCHVISION_WEIGHTS or run.defense not in config["defenses"]:
+            continue
+        if training_params(config, run.dataset, run.architecture, run.defense)["pretrained"]:
+            raise ConfigError(f"invalid configuration: architectures.{run.architecture}: no "
+                              f"ImageNet weights exist for it, but {run.path} is trained with "
+                              "pretrained: true (set training.pretrained: false)")
 
 
 def _check_statistics(config: Mapping[str, Any]) -> None:

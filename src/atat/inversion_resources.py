@@ -47,7 +47,12 @@ __all__ = ["gpu_memory_gib", "gpu_memory_mb", "peak_tensors_gib", "ppdg_tuning_m
 OPT_CONST_GIB = 0.127
 OPT_SLOPE_GIB = 0.37
 #: target model at 224 px with input gradient, per image (GiB); scaled by (input/224)²
-TARGET_GIB_224 = {"resnet152": 0.174, "densenet169": 0.147, "resnet18": 0.033}
+TARGET_GIB_224 = {"resnet152": 0.174, "densenet169": 0.147, "resnet18": 0.033,
+                  # ResNet-10 (demo only, not measured on a GPU): ResNet-18's figure x 0.70, the
+                  # ratio of their forward activation counts at 224 px (5.22M / 7.48M); the
+                  # same count over-predicts ResNet-152 (x 8.9 vs the measured 5.3), so this errs
+                  # high
+                  "resnet10": 0.023}
 #: weights of G and of the networks beside it (target, evaluation, face, D, VGG), GiB
 WEIGHTS_GIB = 0.6
 #: PPDG tuning per image at 256 px: synthesis S·r, VGG V·r² (GiB); fixed part (GiB)

@@ -1,4 +1,5 @@
-"""Target architectures (paper A.4; spec §1.2): torchvision ResNet-18/152 and DenseNet-169,
+"""Target architectures (paper A.4; spec §1.2): torchvision ResNet-18/152 and DenseNet-169
+(and the demo's shallow ResNet-10, from scratch only),
 optionally initialised from ImageNet weights stored in a local file, with the 1000-way head
 replaced by a fresh Linear layer and the network split into feature extractor + head."""
 
@@ -16,10 +17,23 @@ from torchvision.models import (DenseNet169_Weights, ResNet18_Weights, ResNet152
 
 from atat.io import DOWNLOAD_ADVICE, torch_load
 
-ARCHITECTURES: dict[str, tuple[type[nn.Module] | object, type[WeightsEnum]]] = {
+def resnet10(weights: object = None) -> torchvision.models.ResNet:
+    """ResNet-10: torchvision's ResNet with one BasicBlock per stage ([1, 1, 1, 1]), the
+    shallow second architecture of the demo's miniature grid (issue 17: the paper pairs a deep
+    ResNet-152 with a shallow ResNet-18; at 32 px from scratch on CPU ResNet-152 costs ~9x
+    ResNet-18 per training step, ResNet-10 ~0.5x). Same stem, stage widths (64-512) and
+    512-d features as ResNet-18. torchvision publishes no ImageNet weights for it, so it is
+    trained from scratch only (``training.pretrained: false``; atat.config checks)."""
+    if weights is not None:
+        raise ValueError("resnet10 has no ImageNet weights (train it from scratch)")
+    return torchvision.models.ResNet(torchvision.models.resnet.BasicBlock, [1, 1, 1, 1])
+
+
+ARCHITECTURES: dict[str, tuple[type[nn.Module] | object, type[WeightsEnum] | None]] = {
     "resnet18": (torchvision.models.resnet18, ResNet18_Weights),
     "resnet152": (torchvision.models.resnet152, ResNet152_Weights),
     "densenet169": (torchvision.models.densenet169, DenseNet169_Weights),
+    "resnet10": (resnet10, None),   # no ImageNet weights: from scratch only
 }
 
 
@@ -86,8 +100,10 @@ def build_model(architecture: str, n_classes: int, weights_path: str | Path | No
     downloaded here); ``None`` means random initialisation."""
     if architecture not in ARCHITECTURES:
         raise ValueError(f"unknown architecture '{architecture}' (known: {sorted(ARCHITECTURES)})")
-    ctor, _ = ARCHITECTURES[architecture]
+    ctor, weights_enum = ARCHITECTURES[architecture]
     net = ctor(weights=None)  # type: ignore[operator]
+    if weights_path is not None and weights_enum is None:
+        raise ValueError(f"{architecture} has no ImageNet weights (train it from scratch)")
     if weights_path is not None:
         path = Path(weights_path)
         if not path.is_file():

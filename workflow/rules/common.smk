@@ -46,6 +46,7 @@ from atat.paper import (  # noqa: E402
 from atat.paper import check as check_paper_outputs  # noqa: E402
 from atat.summary import INVERSION_METRICS  # noqa: E402
 from atat.weights_table import (  # noqa: E402
+    TORCHVISION_WEIGHTS,
     torchvision_weights_filename,
     torchvision_weights_url,
 )
@@ -288,7 +289,8 @@ def torchvision_weight_urls():
     feature network of VGG16-LPIPS, spec attacks §4.2). From the static table of
     atat.weights_table: importing torchvision here would cost every dry run ~5 s."""
     wanted = [(arch, spec.get("weights", "IMAGENET1K_V1"))
-              for arch, spec in config["architectures"].items()]
+              for arch, spec in config["architectures"].items()
+              if arch in TORCHVISION_WEIGHTS]  # ResNet-10 has none (from scratch; atat.config)
     ev = config.get("evaluation_model") or {}
     if ev.get("pretrained"):
         wanted.append((ev.get("architecture", "inception_v3"), ev.get("weights", "IMAGENET1K_V1")))

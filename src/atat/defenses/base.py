@@ -56,6 +56,7 @@ ARCHITECTURE_FACTS: dict[str, dict[str, int]] = {
     "resnet18": {"feature_dim": 512, "feature_children": 10},
     "resnet152": {"feature_dim": 2048, "feature_children": 10},
     "densenet169": {"feature_dim": 1664, "feature_children": 15},
+    "resnet10": {"feature_dim": 512, "feature_children": 10},   # the demo's shallow ResNet
 }
 
 
