@@ -331,3 +331,16 @@ def figures_transform(resolution):
     from atat.data.loading import build_transform
 
     return build_transform(resolution, train=False)
+
+
+def test_robustness_figure_tells_several_atat_variants_apart(tmp_path, saved):
+    summ = crowded_summary()
+    atat = summ[summ["defense"] == "atat"]
+    summ = pd.concat([summ, atat.assign(defense="atat_w0p25"), atat.assign(defense="atat_w1")])
+    summ.to_csv(tmp_path / "s.csv", index=False)
+    figures.robust_accuracy_vs_epsilon(tmp_path / "s.csv", tmp_path / "r.png", epsilons=EPS)
+    legend = saved[0].legends[0]
+    red = [(t.get_text(), h.get_marker(), h.get_linestyle()) for t, h in
+           zip(legend.get_texts(), legend.legend_handles) if h.get_color() == figures.ATAT_COLOR]
+    assert [r[0] for r in red] == ["AT-AT", "AT-AT (λ = 0.25)", "AT-AT (λ = 1)"]
+    assert len({r[1:] for r in red}) == 3

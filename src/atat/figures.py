@@ -47,6 +47,13 @@ def defense_style(i: int) -> dict:
             "marker": _MARKERS[(i // len(_COLORS)) % len(_MARKERS)]}
 
 
+def atat_style(i: int) -> dict:
+    """Style of the ``i``-th AT-AT-type defense (the grid's AT-AT first, then e.g. the
+    dose-response variants): red always, with its own marker and line style."""
+    return {"color": ATAT_COLOR, "marker": _MARKERS[i % len(_MARKERS)],
+            "ls": ["-", "--", ":", "-."][i % 4], "lw": 2.5 if i == 0 else 1.6}
+
+
 def cell_title(dataset: str, arch: str | None = None) -> str:
     """``FaceScrub / ResNet-152`` (the paper's typography, :mod:`atat.paper`)."""
     return label(DATASET_LABELS, dataset) + (f" / {label(ARCH_LABELS, arch)}" if arch else "")
@@ -163,8 +170,10 @@ def robust_accuracy_vs_epsilon(summary_csv: str | Path, out_png: str | Path, *,
     eps = sorted(float(e) for e in epsilons)
     cols = [robust_column(e) for e in eps]
     panels = list(df.groupby(["dataset", "architecture"], sort=True))
-    others = [d for d in dict.fromkeys(df["defense"])
-              if not (df.loc[df["defense"] == d, "defense_type"] == "atat").any()]
+    is_atat = {d: bool((df.loc[df["defense"] == d, "defense_type"] == "atat").any())
+               for d in dict.fromkeys(df["defense"])}
+    others = [d for d, a in is_atat.items() if not a]
+    atats = [d for d, a in is_atat.items() if a]
     ncols = 2 if len(panels) == 4 else min(len(panels), 3)
     nrows = math.ceil(len(panels) / ncols)
     fig, axes = plt.subplots(nrows, ncols, squeeze=False, layout="constrained",
@@ -175,8 +184,8 @@ def robust_accuracy_vs_epsilon(summary_csv: str | Path, out_png: str | Path, *,
     handles: dict[str, object] = {}
     for ax, ((dataset, arch), part) in zip(axes.flat, panels):
         for defense, rows in part.groupby("defense", sort=False):
-            if rows["defense_type"].iloc[0] == "atat":
-                style = dict(marker="o", color=ATAT_COLOR, lw=2.5, zorder=3)
+            if is_atat[defense]:
+                style = dict(atat_style(atats.index(defense)), zorder=3)
             else:
                 style = defense_style(others.index(defense))
             mean = rows[cols].mean()
@@ -234,10 +243,11 @@ def observed_vs_predicted(summary: pd.DataFrame, spec: dict, out_png: str | Path
     fig, ax = plt.subplots(figsize=(6.4, 4.4))
     atat = set(summary.loc[summary["defense_type"] == "atat", "defense"]
                if "defense_type" in summary.columns else [])
-    others = 0
+    others = n_atat = 0
     for defense, idx in data.groupby("defense", sort=True).groups.items():
         if defense in atat:
-            style = dict(color=ATAT_COLOR, marker="o", edgecolor="black", zorder=3)
+            style = {k: v for k, v in atat_style(n_atat).items() if k in ("color", "marker")}
+            style, n_atat = dict(style, edgecolor="black", zorder=3), n_atat + 1
         else:
             style, others = defense_style(others), others + 1
         ax.scatter(pred.loc[idx], y.loc[idx], label=label(DEFENSE_LABELS, defense), s=36,
