@@ -29,7 +29,7 @@ and coverage do, so each uses as many points of Q as there are held-out images (
 then compare at one size). The targets are on recognition, precision and coverage. Recall is
 reported only: its balls are built within Q, so a diffuse set of non-faces has large balls and
 high recall (measured 2026-12-01 on the demo's instrument, before the trained prior was: an
-untrained generator reaches normalised recall 0.52 but coverage 0.22, recognition 0.19).
+untrained generator reaches normalised recall 0.52 but coverage 0.23, recognition 0.19).
 """
 
 from __future__ import annotations
