@@ -355,7 +355,7 @@ MAGNITUDE_CASES = [
     ("early-stop accuracy above 1", ("defenses", "nodef_es", "training", "stop_at_val_acc"),
      1.5, ["defenses.nodef_es.training.stop_at_val_acc"]),
     ("MID bottleneck wider than the features", ("defenses", "mid", "bottleneck_dim"), 1024,
-     ["defenses.mid.bottleneck_dim", "512 features of resnet18"]),
+     ["defenses.mid.bottleneck_dim", "512 features of resnet"]),  # resnet10 or resnet18
     ("TL-DMI freezing beyond the feature extractor", ("defenses", "tldmi", "freeze_layers"), 10,
      ["defenses.tldmi.freeze_layers", "only 10 children"]),
     ("crop scale range reversed", ("augmentation", "rrc_scale"), [0.9, 0.5],
