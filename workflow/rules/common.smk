@@ -117,14 +117,17 @@ def prior_model(wildcards):
     prior = config["defenses"][wildcards.defense].get("prior")
     if not prior:
         return None
-    return f"results/models/{wildcards.dataset}/{wildcards.arch}/{prior}/seed{wildcards.seed}/model.pt"
+    return (
+        f"results/models/{wildcards.dataset}/{wildcards.arch}/{prior}/seed{wildcards.seed}/model.pt"
+    )
 
 
 def stop_reference(wildcards):
     """metrics.json of the model whose val_acc an early-stopped variant stops at, when its
     training.stop_at_val_acc names a variant (paper Table 3 baseline), else None."""
     ref = training_params(config, wildcards.dataset, wildcards.arch, wildcards.defense).get(
-        "stop_at_val_acc")
+        "stop_at_val_acc"
+    )
     if not isinstance(ref, str):
         return None
     return f"results/models/{wildcards.dataset}/{wildcards.arch}/{ref}/seed{wildcards.seed}/metrics.json"
@@ -186,8 +189,9 @@ def summary_models(wildcards):
             treatment=r.treatment,
             metrics=f"{model_dir(r)}/metrics.json",
             robustness={e: f"results/robustness/{r.path}/eps{e}.json" for e in EPS},
-            inversion={a: f"results/inversion/{r.path}/{a}/metrics.json"
-                       for a in run_attacks(config, r)},
+            inversion={
+                a: f"results/inversion/{r.path}/{a}/metrics.json" for a in run_attacks(config, r)
+            },
         )
         for r in RUNS
     ]
@@ -212,8 +216,10 @@ def all_targets():
 def figure5_model_run():
     run = figure5_run(PLAN)
     if run is None:
-        raise WorkflowError(f"Figure 5 needs a NoDef model of tables.table4_architecture "
-                            f"('{main_architecture(config)}'); the config trains none")
+        raise WorkflowError(
+            f"Figure 5 needs a NoDef model of tables.table4_architecture "
+            f"('{main_architecture(config)}'); the config trains none"
+        )
     return run
 
 
@@ -255,18 +261,25 @@ def invert_gpu_mem_mb(wildcards):
     """Estimated GPU peak of one inversion job (atat.inversion_resources: measured at
     256/512/1024 px on CPU, extrapolated): the optimisation batch with gradients, PPDG's
     generator tuning on num_inv_points pivots, the largest batch rendered without gradient."""
-    p = inversion_params(config, wildcards.dataset, wildcards.arch, wildcards.defense,
-                         wildcards.attack)
+    p = inversion_params(
+        config, wildcards.dataset, wildcards.arch, wildcards.defense, wildcards.attack
+    )
     bs = int(p["batch_size"])
-    render = {"ppa": max(int(p["candidates"]["batch_size"]), bs),  # search, scoring
-              "ifgmi": int(p["candidates"]["batch_size"]),
-              "ppdg": max(int(p["candidates"]["batch_size"]), 2 * bs)}[wildcards.attack]
+    render = {
+        "ppa": max(int(p["candidates"]["batch_size"]), bs),  # search, scoring
+        "ifgmi": int(p["candidates"]["batch_size"]),
+        "ppdg": max(int(p["candidates"]["batch_size"]), 2 * bs),
+    }[wildcards.attack]
     return gpu_memory_mb(
         wildcards.attack,
         resolution=generator_resolution(config["datasets"][wildcards.dataset]["generator"]),
-        batch_size=bs, architecture=wildcards.arch, input_resolution=p["input_resolution"],
+        batch_size=bs,
+        architecture=wildcards.arch,
+        input_resolution=p["input_resolution"],
         render_batch_size=max(render, 20),  # final selection renders 20 at a time
-        n_points=int(p.get("num_inv_points", 1)), measure=p.get("measure", "pointwise"))
+        n_points=int(p.get("num_inv_points", 1)),
+        measure=p.get("measure", "pointwise"),
+    )
 
 
 def reconstruction_inputs(wildcards):
@@ -288,9 +301,11 @@ def torchvision_weight_urls():
     architectures, the evaluation model (Inception-v3, spec attacks §5.2) and VGG16 (the
     feature network of VGG16-LPIPS, spec attacks §4.2). From the static table of
     atat.weights_table: importing torchvision here would cost every dry run ~5 s."""
-    wanted = [(arch, spec.get("weights", "IMAGENET1K_V1"))
-              for arch, spec in config["architectures"].items()
-              if arch in TORCHVISION_WEIGHTS]  # ResNet-10 has none (from scratch; atat.config)
+    wanted = [
+        (arch, spec.get("weights", "IMAGENET1K_V1"))
+        for arch, spec in config["architectures"].items()
+        if arch in TORCHVISION_WEIGHTS
+    ]  # ResNet-10 has none (from scratch; atat.config)
     ev = config.get("evaluation_model") or {}
     if ev.get("pretrained"):
         wanted.append((ev.get("architecture", "inception_v3"), ev.get("weights", "IMAGENET1K_V1")))
@@ -349,7 +364,9 @@ def evaluation_weights_file():
     ev = config.get("evaluation_model") or {}
     if not ev.get("pretrained"):
         return None
-    return _torchvision_file(ev.get("architecture", "inception_v3"), ev.get("weights", "IMAGENET1K_V1"))
+    return _torchvision_file(
+        ev.get("architecture", "inception_v3"), ev.get("weights", "IMAGENET1K_V1")
+    )
 
 
 # ---- evaluation networks (rules of evaluation.smk)

@@ -135,6 +135,7 @@ rule lpips_weights:
     script:
         "../scripts/download_inversion_weights.py"
 
+
 rule prepare_dataset:
     # Real datasets (FaceScrub, CelebA, Stanford Dogs): download (or use files placed by hand
     # under <resources_dir>/raw/<source>/ when offline), verify, extract, crop, split.

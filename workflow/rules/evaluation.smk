@@ -6,6 +6,7 @@
 # Both train through atat.train's loop and resume from results/.resume/{evaluation,
 # face_embedding}/<dataset>/resume.pt (not declared, so Snakemake never deletes it).
 
+
 rule train_evaluation_model:
     input:
         unpack(evaluation_model_inputs),

@@ -21,14 +21,17 @@ rule measure_hsic:
         resolution=lambda wc: dataset_resolution(wc.dataset),
         # spec §4: the training loader (batch 128 in the paper recipe) with its augmentation
         batch_size=lambda wc: training_params(config, wc.dataset, wc.arch, wc.defense)["batch_size"],
-        num_workers=lambda wc: training_params(config, wc.dataset, wc.arch, wc.defense)["num_workers"],
+        num_workers=lambda wc: training_params(config, wc.dataset, wc.arch, wc.defense)[
+            "num_workers"
+        ],
         aug=config["augmentation"],
         split=HSIC_CFG.get("split", "train"),
         n_batches=HSIC_CFG.get("n_batches"),
         yz_ktype=HSIC_CFG.get("yz_ktype", "linear"),
         seed=lambda wc: int(wc.seed),
-        meta=lambda wc: dict(dataset=wc.dataset, architecture=wc.arch, defense_name=wc.defense,
-                             seed=int(wc.seed)),
+        meta=lambda wc: dict(
+            dataset=wc.dataset, architecture=wc.arch, defense_name=wc.defense, seed=int(wc.seed)
+        ),
     log:
         "logs/hsic/{dataset}/{arch}/{defense}/seed{seed}.log",
     benchmark:

@@ -32,7 +32,9 @@ rule train_generator:
         generator=_alt(TRAINED_GENERATORS),
     params:
         train=lambda wc: config["generators"][wc.generator]["train"],
-        resolution=lambda wc: dataset_resolution(config["generators"][wc.generator]["train"]["dataset"]),
+        resolution=lambda wc: dataset_resolution(
+            config["generators"][wc.generator]["train"]["dataset"]
+        ),
     log:
         "logs/inversion/train_generator_{generator}.log",
     benchmark:
@@ -60,7 +62,8 @@ rule prior_quality:
         generator="results/generators/{generator}.pkl",
         face=lambda wc: face_network_file(config["generators"][wc.generator]["train"]["dataset"]),
         face_metrics=lambda wc: "results/face_embedding/{}/metrics.json".format(
-            config["generators"][wc.generator]["train"]["dataset"]),
+            config["generators"][wc.generator]["train"]["dataset"]
+        ),
         dataset=lambda wc: dataset_dir(config["generators"][wc.generator]["train"]["dataset"]),
     output:
         prior_quality_path("{generator}"),
@@ -130,8 +133,13 @@ rule invert:
         face=lambda wc: config["face_embedding"],
         faces=lambda wc: bool(config["datasets"][wc.dataset].get("faces", False)),
         resume="results/.resume/inversion/{dataset}/{arch}/{defense}/seed{seed}/{attack}",
-        ids=lambda wc: dict(dataset=wc.dataset, architecture=wc.arch, defense=wc.defense,
-                            seed=int(wc.seed), attack=wc.attack),
+        ids=lambda wc: dict(
+            dataset=wc.dataset,
+            architecture=wc.arch,
+            defense=wc.defense,
+            seed=int(wc.seed),
+            attack=wc.attack,
+        ),
     log:
         "logs/inversion/{dataset}/{arch}/{defense}/seed{seed}/{attack}.log",
     benchmark:
@@ -159,8 +167,11 @@ rule inversion_per_image:
     # class, correct_top1, correct_top5, evalconf, dist_face, dist_eval, img_absmax): the input of the
     # Wilson / per-class t intervals of Tables 23-28.
     input:
-        lambda wc: [f"results/inversion/{r.path}/{a}/per_image.csv"
-                    for r in INV_RUNS for a in run_attacks(config, r)],
+        lambda wc: [
+            f"results/inversion/{r.path}/{a}/per_image.csv"
+            for r in INV_RUNS
+            for a in run_attacks(config, r)
+        ],
     output:
         "results/inversion/per_image.csv",
     log:
