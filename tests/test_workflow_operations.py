@@ -83,6 +83,20 @@ def _snakemake(*args: str, timeout: int = 600) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, timeout=timeout)
 
 
+def test_rules_files_are_snakefmt_formatted():
+    """`snakefmt --check` as .ci/run runs it: a rules file that drifts from the format fails
+    here (line length: [tool.snakefmt] in pyproject.toml)."""
+    pytest.importorskip("snakefmt")
+    proc = subprocess.run([sys.executable, "-m", "snakefmt", "--check", "Snakefile", "workflow/"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    # the check can fail: an unformatted rule is reported
+    bad = subprocess.run([sys.executable, "-m", "snakefmt", "--check", "-"], cwd=ROOT,
+                         input='rule x:\n    output: "a"\n    shell: "touch {output}"\n',
+                         capture_output=True, text=True, timeout=60)
+    assert bad.returncode != 0
+
+
 def test_snakemake_lint_is_clean():
     """`snakemake --lint` as .ci/run runs it (rules files hold rules only, every rule has its
     log, no mixed functions): exit 0."""
