@@ -570,3 +570,48 @@ def test_a_sample_dataset_the_grid_does_not_plan_is_an_error_with_inversion():
     demo = load_config(PAPER, DEMO)
     assert demo["statistics"]["samples"]["generic"]["datasets"] != \
         load_config(PAPER)["statistics"]["samples"]["generic"]["datasets"]
+
+
+# --- paper_roles (issue 17): the config's names in the paper's dataset/architecture roles
+ROLES_CASES = [
+    ("unknown paper dataset", {"datasets": {"lfw": "synthfaces"}},
+     ["paper_roles.datasets.lfw", "not one of the paper's datasets"]),
+    ("unknown paper architecture", {"architectures": {"resnet50": "resnet10"}},
+     ["paper_roles.architectures.resnet50", "not one of the paper's architectures"]),
+    ("value not defined", {"datasets": {"facescrub": "synthfaces_c"}},
+     ["paper_roles.datasets.facescrub", "'synthfaces_c' is not defined under 'datasets'"]),
+    ("two paper names to one config name",
+     {"datasets": {"facescrub": "synthfaces", "celeba": "synthfaces"}},
+     ["paper_roles.datasets.facescrub", "'synthfaces' plays two roles",
+      "['facescrub', 'celeba']"]),
+    ("null value", {"architectures": {"resnet18": None}},
+     ["paper_roles.architectures.resnet18"]),
+    ("onto the identity of an unmapped one", {"architectures": {"resnet152": "resnet18"}},
+     ["paper_roles.architectures.resnet152", "'resnet18' plays two roles",
+      "['resnet152', 'resnet18']"]),
+    ("unknown kind", {"defenses": {"nodef": "nodef"}}, ["paper_roles", "defenses"]),
+]
+
+
+@pytest.mark.parametrize("desc,roles,words", ROLES_CASES, ids=[c[0] for c in ROLES_CASES])
+def test_paper_roles_errors_name_the_key(demo, desc, roles, words):
+    demo["paper_roles"] = roles
+    with pytest.raises(ConfigError) as info:
+        validate_config(demo)
+    for word in words:
+        assert word in str(info.value), (word, str(info.value))
+
+
+def test_paper_roles_absent_is_the_identity_and_the_demo_maps_its_grid(demo):
+    from atat.paper import PAPER_ROLE_NAMES, paper_roles
+
+    paper = load_config(PAPER)
+    assert "paper_roles" not in paper
+    assert paper_roles(paper) == {k: {n: n for n in v} for k, v in PAPER_ROLE_NAMES.items()}
+    roles = paper_roles(demo)
+    assert roles["architectures"] == {"resnet152": "resnet18", "resnet18": "resnet10",
+                                      "densenet169": "densenet169"}
+    assert roles["datasets"]["celeba"] == "synthfaces_b"
+    # the Table 4 default follows the role: without the key the demo's is its ResNet-18
+    del demo["tables"]
+    validate_config(demo)

@@ -90,7 +90,7 @@ def test_table_rules_of_each_family(key):
     family_targets = {o.id for o in paper.REGISTRY if o.family and o.targets(plan)}
     assert family_targets <= ruled
     expected_hsic = {"config.yaml": ["table1", "table8", "table9"],
-                     "config.yaml+demo.yaml": ["table1", "table8"]}[key]
+                     "config.yaml+demo.yaml": ["table1", "table8", "table9"]}[key]  # paper_roles
     assert hsic == expected_hsic
 
 
@@ -196,3 +196,32 @@ def test_hsic_selection_of_the_paper_config():
     assert {r.architecture for r in t9} == set(paper.TABLE9_ARCHS)
     with pytest.raises(ValueError, match="unknown HSIC table"):
         paper.hsic_table_runs(plan, "table7")
+
+
+def test_translate_maps_paper_names_and_keeps_the_unmapped():
+    config = {"paper_roles": {"architectures": {"resnet152": "resnet18", "resnet18": "resnet10"}}}
+    assert paper.translate(config, "architectures", ["resnet18", "resnet152", "densenet169"]) \
+        == ["resnet10", "resnet18", "densenet169"]
+    assert paper.translate(config, "datasets", ["facescrub"]) == ["facescrub"]
+    assert paper.translate({}, "architectures", paper.TABLE9_ARCHS) == paper.TABLE9_ARCHS
+    assert paper.main_architecture(config) == "resnet18"
+    assert paper.main_architecture({}) == "resnet152"
+
+
+def test_demo_roles_select_table9_and_the_main_tables():
+    """The demo's paper_roles: Table 9 = SynthFaces ResNet-10/ResNet-18 (the paper's
+    FaceScrub ResNet-18/ResNet-152); Table 1 is its real cell (no analogue note); Tables 23,
+    25, 27, 28 are targets, 24 (DenseNet-169) and 26 (Stanford Dogs) are not."""
+    plan = _plan("config.yaml+demo.yaml")
+    t9, _ = paper.hsic_table_runs(plan, "table9")
+    assert {(r.dataset, r.architecture) for r in t9} == {("synthfaces", "resnet10"),
+                                                         ("synthfaces", "resnet18")}
+    assert {"bido_lx1e3", "nodef", "mid"} <= {r.defense for r in t9}
+    t1, note = paper.hsic_table_runs(plan, "table1")
+    assert note is None and {(r.dataset, r.architecture) for r in t1} == {
+        ("synthfaces", "resnet18")}
+    targets = set(paper.final_targets(plan))
+    for t in ("table9", "table23", "table25", "table27", "table28"):
+        assert f"results/tables/{t}.csv" in targets
+    for t in ("table24", "table26"):
+        assert f"results/tables/{t}.csv" not in targets

@@ -307,6 +307,32 @@ def test_main_results_table_files(tmp_path):
         tables.main_results(bad)
 
 
+def test_main_results_table_selects_the_rows_of_the_mapped_roles(tmp_path):
+    """``paper_roles`` (the demo's): Table 25 (the paper's ResNet-18 on FaceScrub and CelebA)
+    reads the config's ResNet-10 on both populations, no other row; captions and labels show
+    the config's names. Without the config the same frame has no Table 25 row."""
+    pi = simulated_per_image()
+    cells = [("synthfaces", "resnet10"), ("synthfaces_b", "resnet10"),
+             ("synthfaces", "resnet18"), ("facescrub", "resnet18"), ("celeba", "resnet10")]
+    frame = pd.concat([pi.assign(dataset=d, architecture=a) for d, a in cells],
+                      ignore_index=True)
+    config = {"paper_roles": {"datasets": {"facescrub": "synthfaces", "celeba": "synthfaces_b"},
+                              "architectures": {"resnet152": "resnet18", "resnet18": "resnet10"}}}
+    assert tables.main_table_layout(25, config)["architectures"] == ["resnet10"]
+    assert tables.main_table_layout(25)["architectures"] == ["resnet18"]
+    t = tables.main_results_table(frame, None, outs(tmp_path, "t25"), number=25, config=config)
+    assert set(zip(t["Dataset"], t["Architecture"])) == {("SynthFaces", "ResNet-10"),
+                                                         ("SynthFaces-B", "ResNet-10")}
+    assert len(t) == 4 and (t["Images"] == 60).all()
+    assert (tmp_path / "t25.md").read_text().startswith(
+        "Table 25: model-inversion results (ResNet-10; PPA, IF-GMI, PPDG)")
+    t23 = tables.main_results_table(frame, None, outs(tmp_path, "t23"), number=23, config=config)
+    assert set(zip(t23["Dataset"], t23["Architecture"])) == {("SynthFaces", "ResNet-18")}
+    # no config: the paper's names, i.e. the one FaceScrub ResNet-18 cell of the frame
+    t0 = tables.main_results_table(frame, None, outs(tmp_path, "t25p"), number=25)
+    assert set(zip(t0["Dataset"], t0["Architecture"])) == {("FaceScrub", "ResNet-18")}
+
+
 # --------------------------------------------------------------------------- figures
 
 def _png_pixels(path):

@@ -166,6 +166,7 @@ def _check_semantics(config: Mapping[str, Any]) -> None:
         check_autoattack_settings(aa.get("settings"), aa["version"])
     except ValueError as exc:
         raise ConfigError(f"invalid configuration: autoattack.settings: {exc}") from None
+    _check_paper_roles(config)
     _check_names(config)
     _check_early_stopping(config)
     _check_ranges(config)
@@ -327,6 +328,36 @@ def _check_statistics(config: Mapping[str, Any]) -> None:
                      "reference level of the factor's treatment coding)")
 
 
+def _check_paper_roles(config: Mapping[str, Any]) -> None:
+    """``paper_roles``: each key a paper name of :data:`atat.paper.PAPER_ROLE_NAMES`, each
+    value a name the config defines, and no config name in two roles (an unmapped paper
+    name keeps its own name, so it counts as mapped to itself)."""
+    from atat.paper import PAPER_ROLE_NAMES, paper_roles
+
+    given = config.get("paper_roles") or {}
+    for kind, mapping in given.items():
+        known = PAPER_ROLE_NAMES[kind]   # the schema admits only these kinds
+        for paper, mine in (mapping or {}).items():
+            if paper not in known:
+                raise ConfigError(f"invalid configuration: paper_roles.{kind}.{paper}: not one "
+                                  f"of the paper's {kind} its selections name (known: "
+                                  f"{list(known)})")
+            if mine not in config[kind]:
+                raise ConfigError(f"invalid configuration: paper_roles.{kind}.{paper}: "
+                                  f"'{mine}' is not defined under '{kind}' (defined: "
+                                  f"{sorted(config[kind])})")
+    for kind, roles in paper_roles(config).items():
+        by_mine: dict[str, list[str]] = {}
+        for paper, mine in roles.items():
+            by_mine.setdefault(mine, []).append(paper)
+        for mine, papers in by_mine.items():
+            if len(papers) > 1:
+                mapped = [p for p in papers if p in (given.get(kind) or {})]
+                raise ConfigError(f"invalid configuration: paper_roles.{kind}.{mapped[0]}: "
+                                  f"'{mine}' plays two roles: {papers} (an unmapped paper "
+                                  "name stands for itself)")
+
+
 def _check_names(config: Mapping[str, Any]) -> None:
     """Name-valued keys the checks above do not cover: each must name something that exists
     (a misspelt name would otherwise silently drop a table or a model)."""
@@ -336,11 +367,16 @@ def _check_names(config: Mapping[str, Any]) -> None:
         if gen is not None and gen not in generators:
             raise ConfigError(f"invalid configuration: datasets.{name}.generator: '{gen}' is not "
                               f"defined under 'generators' (defined: {sorted(generators)})")
+    from atat.paper import main_architecture
+
     arch = (config.get("tables") or {}).get("table4_architecture")
     trained = sorted({r.architecture for r in model_runs(config)})
-    if arch is None and TABLE4_DEFAULT_ARCHITECTURE not in trained:
+    default = main_architecture(config)
+    if arch is None and default not in trained:
+        role = ("" if default == TABLE4_DEFAULT_ARCHITECTURE else
+                f" (paper_roles.architectures.{TABLE4_DEFAULT_ARCHITECTURE})")
         raise ConfigError(f"invalid configuration: tables.table4_architecture: not set, and its "
-                          f"default '{TABLE4_DEFAULT_ARCHITECTURE}' is not an architecture the "
+                          f"default '{default}'{role} is not an architecture the "
                           f"grid trains (trained: {trained}); set it to one of them, or Table 4 "
                           "and Figure 5 would be dropped")
     if arch is not None and arch not in trained:

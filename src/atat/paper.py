@@ -57,7 +57,8 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
-from atat.config import ConfigError, dose_response_points, with_dose_response
+from atat.config import (TABLE4_DEFAULT_ARCHITECTURE, ConfigError, dose_response_points,
+                         with_dose_response)
 
 EXTS = ("csv", "md", "tex")
 
@@ -104,12 +105,39 @@ DEFENSE_LABELS = DefenseLabels({"nodef": "NoDef", "atat": "AT-AT", "mid": "MID",
 ARCH_LABELS = {"resnet18": "ResNet-18", "resnet152": "ResNet-152", "densenet169": "DenseNet-169",
                "resnet10": "ResNet-10"}
 DATASET_LABELS = {"facescrub": "FaceScrub", "celeba": "CelebA", "stanford_dogs": "Stanford Dogs",
-                  "synthfaces": "SynthFaces"}
+                  "synthfaces": "SynthFaces", "synthfaces_b": "SynthFaces-B"}
 ATTACK_NAMES = {"ppa": "PPA", "ifgmi": "IF-GMI", "ppdg": "PPDG"}
 
 
 def label(mapping: Mapping[Any, str], key: Any) -> str:
     return mapping.get(key, str(key))
+
+
+# ------------------------------------------------------------------------------ paper roles
+#: The paper's dataset and architecture names that the selections below refer to (Tables 1,
+#: 4, 9, 23-28). Config key ``paper_roles`` maps them to the config's own names (the demo's
+#: deep/shallow nets and its two populations play the paper's roles); absent = identity.
+PAPER_ROLE_NAMES: dict[str, tuple[str, ...]] = {
+    "datasets": ("facescrub", "celeba", "stanford_dogs"),
+    "architectures": ("resnet152", "resnet18", "densenet169"),
+}
+
+
+def paper_roles(config: Mapping[str, Any]) -> dict[str, dict[str, str]]:
+    """``kind -> {paper name: config name}`` for every paper name of
+    :data:`PAPER_ROLE_NAMES` (unmapped names stand for themselves). Validated by
+    :func:`atat.config.validate_config` (``paper_roles.<kind>.<name>``)."""
+    given = config.get("paper_roles") or {}
+    return {kind: {n: str((given.get(kind) or {}).get(n, n)) for n in names}
+            for kind, names in PAPER_ROLE_NAMES.items()}
+
+
+def translate(config: Mapping[str, Any], kind: str, names: Iterable[str]) -> list[str]:
+    """The config's names of the paper's ``names`` (``kind``: ``datasets`` or
+    ``architectures``), in order: the one translation every hard-coded paper-name
+    selection goes through."""
+    roles = paper_roles(config)[kind]
+    return [roles.get(n, n) for n in names]
 
 
 # ------------------------------------------------------------------------------ the plan
@@ -216,13 +244,14 @@ def hsic_table_runs(plan: Plan, table: str) -> tuple[list[Any], str | None]:
     note = None
     if table == "table1":
         cells = {(r.dataset, r.architecture) for r in grid}
-        cell = TABLE1_CELL
+        cell = paper_cell = (translate(config, "datasets", [TABLE1_CELL[0]])[0],
+                             translate(config, "architectures", [TABLE1_CELL[1]])[0])
         if cell not in cells and grid:
             # no FaceScrub ResNet-152 models (e.g. the demo): the analogous table of the
             # config's first grid cell
             cell = (grid[0].dataset, grid[0].architecture)
             note = (f"Analogue of the paper's Table 1 for {cell[0]}/{cell[1]} (this config "
-                    f"has no facescrub/resnet152 models).")
+                    f"has no {'/'.join(paper_cell)} models).")
         runs = [r for r in grid if (r.dataset, r.architecture) == cell
                 and r.defense not in TABLE1_EXCLUDE]
     elif table == "table8":
@@ -230,8 +259,10 @@ def hsic_table_runs(plan: Plan, table: str) -> tuple[list[Any], str | None]:
         runs = [r for r in grid if r.defense in TABLE8_DEFENSES
                 and all((r.dataset, r.architecture, d) in have for d in TABLE8_DEFENSES)]
     elif table == "table9":
-        runs = [r for r in grid if r.dataset == TABLE9_DATASET
-                and r.architecture in TABLE9_ARCHS and r.defense in TABLE9_DEFENSES]
+        dataset = translate(config, "datasets", [TABLE9_DATASET])[0]
+        archs = translate(config, "architectures", TABLE9_ARCHS)
+        runs = [r for r in grid if r.dataset == dataset
+                and r.architecture in archs and r.defense in TABLE9_DEFENSES]
         if not TABLE9_NEEDS & {r.defense for r in runs}:
             runs = []
     else:
@@ -355,8 +386,11 @@ def robustness_table_eps(config: Mapping[str, Any]) -> dict[str, float]:
 
 
 def main_architecture(config: Mapping[str, Any]) -> str:
-    """``tables.table4_architecture``: the paper's main architecture (ResNet-152)."""
-    return str((config.get("tables") or {}).get("table4_architecture", "resnet152"))
+    """``tables.table4_architecture``: the paper's main architecture (ResNet-152, or the
+    config's architecture in its role, ``paper_roles``)."""
+    arch = (config.get("tables") or {}).get("table4_architecture")
+    return str(arch) if arch is not None else translate(
+        config, "architectures", [TABLE4_DEFAULT_ARCHITECTURE])[0]
 
 
 def table4_architecture(plan: Plan) -> str | None:

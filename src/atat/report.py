@@ -21,7 +21,7 @@ import pandas as pd
 
 from atat.paper import FIGURE2_SPEC, TABLE5_SPECS, inversion_attacks
 from atat.summary import INVERSION_METRICS
-from atat.tables import MAIN_TABLES
+from atat.tables import main_table_layout
 
 __all__ = ["FIGURE2_SPEC", "INVERSION_METRICS", "TABLE5_SPECS", "inversion_attacks",
            "summary_columns", "planned_sample_frame", "spec_identifiable",
@@ -97,7 +97,7 @@ def causal_buildable(config: Mapping[str, Any], regressions: Mapping[str, Any]) 
 
 def main_table_buildable(table_id: str, config: Mapping[str, Any], runs: Iterable[Any]) -> bool:
     """Tables 23-28: one of its attacks runs and a (non-causal) model of the layout is trained."""
-    layout = MAIN_TABLES[int(table_id)]
+    layout = main_table_layout(int(table_id), config)
     return bool(set(layout["attacks"]) & set(inversion_attacks(config))) and any(
         r.architecture in layout["architectures"] and r.dataset in layout["datasets"]
         and getattr(r, "treatment", None) is None for r in runs)

@@ -10,7 +10,7 @@ import pandas as pd
 
 from atat import io
 from atat.paper import (ARCH_LABELS, ATTACK_NAMES, DATASET_LABELS, DEFENSE_LABELS,
-                        REGRESSION_TABLE_IDS, output, robustness_table_number)
+                        REGRESSION_TABLE_IDS, output, robustness_table_number, translate)
 from atat.paper import label as _label
 from atat.summary import robust_column
 
@@ -483,6 +483,18 @@ MAIN_TABLES: dict[int, dict[str, Any]] = {
     28: {"architectures": ["resnet18"], "datasets": _FACES, "attacks": _ALL_ATTACKS,
          "intervals": True, "expands": 25},
 }
+
+
+def main_table_layout(number: int, config: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """:data:`MAIN_TABLES` ``[number]`` with its paper datasets and architectures in the
+    config's names (``paper_roles``, :func:`atat.paper.translate`; no config = the paper's)."""
+    layout = dict(MAIN_TABLES[number])
+    if config is not None:
+        for kind in ("datasets", "architectures"):
+            layout[kind] = translate(config, kind, layout[kind])
+    return layout
+
+
 PER_IMAGE_COLUMNS = ["dataset", "architecture", "defense", "attack", "class", "correct_top1",
                      "correct_top5"]
 PER_CLASS_METRICS = {"evalconf": "EvalConf", "dist_face": "delta_face", "dist_eval": "delta_eval"}
@@ -538,10 +550,12 @@ def main_results(per_image: pd.DataFrame, summary: pd.DataFrame | None = None) -
 
 def main_results_table(per_image: pd.DataFrame, summary: pd.DataFrame | None,
                        outputs: Sequence[str | Path], *, number: int,
-                       digits: int = 3) -> pd.DataFrame:
-    """Table ``number`` (23-28, layout in :data:`MAIN_TABLES`) as formatted
+                       digits: int = 3, config: Mapping[str, Any] | None = None
+                       ) -> pd.DataFrame:
+    """Table ``number`` (23-28, layout in :data:`MAIN_TABLES`, its names translated by the
+    ``config``'s ``paper_roles``: :func:`main_table_layout`) as formatted
     ``value [low, high]`` cells. Raises if the inputs have no row for it."""
-    layout = MAIN_TABLES[number]
+    layout = main_table_layout(number, config)
     sel = per_image[per_image["architecture"].isin(layout["architectures"])
                     & per_image["dataset"].isin(layout["datasets"])
                     & per_image["attack"].isin(layout["attacks"])]
