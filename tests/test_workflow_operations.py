@@ -122,3 +122,25 @@ def test_each_table_has_a_rule_of_its_own_dry():
     jobs = dict(re.findall(r"^(\w+)\s+(\d+)$", stats, flags=re.M))
     tables = {r: n for r, n in jobs.items() if r.startswith("table")}
     assert tables == {t: "1" for t in wanted}, jobs
+
+
+def test_main_results_read_the_grid_models_only_dry():
+    """Tables 23-28 pool the attacked images of a cell: the per-image table must hold the grid's
+    models only. The demo's causal replicates (NoDef/AT-AT of the main cell, seeds 100-109) and
+    dose-response variants (atat_w...) would otherwise join their cell's NoDef/AT-AT rows."""
+    from atat.config import load_config, model_runs
+    from atat.paper import Plan, grid_runs, run_attacks
+
+    config = load_config(ROOT / "config" / "config.yaml", ROOT / "config" / "demo.yaml")
+    runs = model_runs(config)
+    assert any(r.replicate is not None for r in runs) and any(r.dose_response for r in runs)
+    grid = grid_runs(Plan(config, runs))
+    expected = {f"results/inversion/{r.path}/{a}/per_image.csv"
+                for r in grid for a in run_attacks(config, r)}
+    proc = _snakemake("-n", "--forceall", "results/inversion/per_image.csv",
+                      "--configfile", "config/demo.yaml")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    block = proc.stdout.split("rule inversion_per_image:", 1)[1]
+    inputs = set(block.split("input:", 1)[1].split("\n", 1)[0].strip().split(", "))
+    assert inputs == expected
+    assert not any("/seed10" in f or "_w" in f.split("/")[4] for f in inputs)

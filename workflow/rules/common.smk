@@ -28,6 +28,7 @@ from atat.paper import (  # noqa: E402
     Plan,
     final_targets,
     figure5_run,
+    grid_runs,
     hsic_file,
     hsic_table_runs,
     inversion_attacks,

@@ -165,11 +165,12 @@ rule invert:
 rule inversion_per_image:
     # One long table of every attacked image (dataset, architecture, defense, seed, attack,
     # class, correct_top1, correct_top5, evalconf, dist_face, dist_eval, img_absmax): the input of the
-    # Wilson / per-class t intervals of Tables 23-28.
+    # Wilson / per-class t intervals of Tables 23-28. The grid's models only: a causal
+    # replicate or a dose-response variant would otherwise be pooled into its cell's row.
     input:
         lambda wc: [
             f"results/inversion/{r.path}/{a}/per_image.csv"
-            for r in INV_RUNS
+            for r in (grid_runs(PLAN) if INV_ATTACKS else [])
             for a in run_attacks(config, r)
         ],
     output:
