@@ -615,3 +615,37 @@ def test_paper_roles_absent_is_the_identity_and_the_demo_maps_its_grid(demo):
     # the Table 4 default follows the role: without the key the demo's is its ResNet-18
     del demo["tables"]
     validate_config(demo)
+
+
+def test_causal_replicates_get_only_the_attacks_tables_21_22_read():
+    """causal.attacks (paper App. H: PPA) decides the replicates' inversion jobs; an attack not
+    run at all, or a causal response reading an attack the replicates do not get, is a
+    ConfigError naming the key."""
+    import copy
+
+    import yaml
+
+    from atat import paper
+    from atat.config import load_config, model_runs, validate_config
+
+    root = Path(__file__).resolve().parents[1] / "config"
+    cfg = load_config(root / "config.yaml", root / "demo.yaml")
+    runs = model_runs(cfg)
+    replicates = [r for r in runs if r.replicate is not None]
+    assert len(replicates) == 10
+    assert all(paper.run_attacks(cfg, r) == ["ppa"] for r in replicates)
+    grid = paper.grid_runs(paper.Plan(cfg, runs))
+    assert all(paper.run_attacks(cfg, r) == ["ppa", "ifgmi", "ppdg"] for r in grid)
+    regressions = yaml.safe_load((root / "regressions.yaml").read_text())
+    plan = paper.Plan(cfg, runs, regressions)
+    hsic = set(next(o for o in paper.REGISTRY if o.id == "hsic").targets(plan))
+    assert not any("/seed10" in f for f in hsic) and len(hsic) == len(grid)
+    bad = copy.deepcopy(cfg)
+    bad["causal"]["attacks"] = ["ppa", "gmi"]
+    with pytest.raises(ConfigError, match=r"causal\.attacks: \['gmi'\]"):
+        validate_config(bad)
+    regs = copy.deepcopy(regressions)
+    regs["causal"]["ols_responses"] = ["ppa_attacc1", "ifgmi_dist_face"]
+    with pytest.raises(ConfigError, match=r"causal\.ols_responses: 'ifgmi_dist_face'"):
+        paper.check(cfg, regs)
+    paper.check(cfg, regressions)

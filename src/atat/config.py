@@ -150,6 +150,11 @@ def _check_semantics(config: Mapping[str, Any]) -> None:
                                   "defined")
         if causal["n_treated"] > causal["n_models"]:
             raise ConfigError("invalid configuration: causal.n_treated: larger than n_models")
+        configured = [str(a) for a in ((config.get("inversion") or {}).get("attacks") or [])]
+        unknown = [a for a in causal.get("attacks") or [] if a not in configured]
+        if configured and unknown:
+            raise ConfigError(f"invalid configuration: causal.attacks: {unknown} are not among "
+                              f"inversion.attacks {configured}")
         grid_seeds = set(int(s) for s in config["seeds"])
         own = set(range(causal["first_seed"], causal["first_seed"] + causal["n_models"]))
         if grid_seeds & own:

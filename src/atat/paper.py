@@ -181,10 +181,16 @@ def inversion_attacks(config: Mapping[str, Any]) -> list[str]:
 
 def run_attacks(config: Mapping[str, Any], run: Any) -> list[str]:
     """The inversion attacks run against one model: every configured attack, except for a
-    model only the dose-response sweep adds (``run.dose_response``): its ``attack``."""
+    model only the dose-response sweep adds (``run.dose_response``): its ``attack``; and for a
+    causal replicate (``run.replicate``): ``causal.attacks`` where given (what Tables 21/22
+    read), in the order of ``inversion.attacks``."""
     if getattr(run, "dose_response", False):
         return [str(config["dose_response"]["attack"])]
-    return inversion_attacks(config)
+    attacks = inversion_attacks(config)
+    wanted = (config.get("causal") or {}).get("attacks")
+    if getattr(run, "replicate", None) is not None and wanted:
+        return [a for a in attacks if a in {str(w) for w in wanted}]
+    return attacks
 
 
 def grid_runs(plan: "Plan") -> list[Any]:
@@ -523,9 +529,8 @@ def _const(*files: str) -> Callable[[Plan], list[str]]:
 
 REGISTRY: list[Output] = [
     # --- stage hsic (workflow/rules/hsic.smk)
-    Output("hsic", "measure_hsic", "hsic", lambda p: [hsic_file(r) for r in p.runs
-                                                       if not getattr(r, "dose_response",
-                                                                      False)],
+    # the HSIC tables read the grid's models only (no replicate, no dose-response variant)
+    Output("hsic", "measure_hsic", "hsic", lambda p: [hsic_file(r) for r in grid_runs(p)],
            "atat.hsic_measure:measure_hsic"),
     Output("table1", "table1", "hsic", _hsic_table_targets("table1"),
            "atat.tables:hsic_table", "Table 1: HSIC(X,Zj) for defenses on {cells}.",
@@ -726,6 +731,7 @@ def check(config: Mapping[str, Any], regressions: Mapping[str, Any],
                               f"model, but its type is '{d.get('type')}'")
     if not inversion_attacks(config):
         return  # the statistics entries need inversion leakage: they are not built
+    _check_causal_attacks(config, regressions, regressions_path)
     from atat.stats.regression import expand_grids
 
     names = {s["name"] for s in expand_grids(regressions, regressions_path,
@@ -740,6 +746,28 @@ def check(config: Mapping[str, Any], regressions: Mapping[str, Any],
         if missing:
             raise ConfigError(f"{regressions_path}: {what} names specification(s) {missing} "
                               f"that the file does not define")
+
+
+def _check_causal_attacks(config: Mapping[str, Any], regressions: Mapping[str, Any],
+                          regressions_path: str) -> None:
+    """Tables 21/22 read responses ``<attack>_<metric>`` of the replicates: each attack must be
+    one the replicates are attacked with (``causal.attacks``), or the table would be fitted on
+    missing values."""
+    from atat.summary import INVERSION_METRICS
+
+    causal = config.get("causal") or {}
+    wanted = causal.get("attacks")
+    if not causal or not wanted:
+        return
+    c = regressions.get("causal") or {}
+    for key in ("beta_responses", "ols_responses"):
+        for response in c.get(key) or []:
+            attack = next((str(response)[: -len(m) - 1] for m in INVERSION_METRICS
+                           if str(response).endswith(f"_{m}")), None)
+            if attack is not None and attack not in wanted:
+                raise ConfigError(f"{regressions_path}: causal.{key}: '{response}' reads attack "
+                                  f"'{attack}', which the causal replicates are not attacked "
+                                  f"with (config causal.attacks: {list(wanted)}); add it there")
 
 
 #: The defense type each name of the Tables 8/9 selections stands for.
