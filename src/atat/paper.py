@@ -645,35 +645,6 @@ def table_rules(plan: Plan, family: str) -> list[str]:
     return ids
 
 
-#: The table families (:attr:`Output.family`) and the rules file that generates their rules.
-TABLE_FAMILIES = {"hsic_table": "hsic", "robustness_table": "tables",
-                  "regression_table": "stats", "main_results_table": "stats"}
-
-
-def table_number(entry_id: str) -> str:
-    """The paper's number of a table entry (``table15`` -> ``15``)."""
-    if not entry_id.startswith("table") or not entry_id[5:].isdigit():
-        raise ValueError(f"'{entry_id}' is not a numbered table id (table<N>)")
-    return entry_id[5:]
-
-
-def table_rules(plan: Plan, family: str) -> list[str]:
-    """Ids of the tables of ``family`` that get a rule (named after the id) under this plan,
-    in registry order: every regression and main-results table (one the config cannot fit
-    can still be requested by name, and its job says why it is skipped), the AutoAttack
-    tables of the configured epsilons, the HSIC tables whose selection holds models. A table
-    without a rule is "no rule to produce" when asked for by name, never a failing job."""
-    if family not in TABLE_FAMILIES:
-        raise ValueError(f"unknown table family '{family}' (known: {sorted(TABLE_FAMILIES)})")
-    ids = [o.id for o in REGISTRY if o.family == family]
-    if family == "robustness_table":
-        eps = robustness_table_eps(plan.config)
-        return [t for t in ids if table_number(t) in eps]
-    if family == "hsic_table":
-        return [t for t in ids if hsic_table_runs(plan, t)[0]]
-    return ids
-
-
 def final_targets(plan: Plan, stage: str | None = None) -> list[str]:
     """Every file of every entry (of one ``stage``) this plan builds, in registry order."""
     targets: list[str] = []
