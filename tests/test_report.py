@@ -82,7 +82,7 @@ def test_targeted_rebuild_plans_only_table11(tmp_path):
     assert jobs.get("table11") == 1  # the rule of Table 11 (one rule per table)
     assert set(jobs) <= {"synthfaces", "train_model", "autoattack", "summary",
                          "table11", "train_generator", "train_evaluation_model",
-                         "train_face_embedding", "invert"}, jobs
+                         "train_face_embedding", "real_embeddings", "invert"}, jobs
     assert jobs.get("autoattack") == 4  # 2 models x 2 epsilons (summary reads all of them)
     assert jobs.get("invert") == 6      # 2 models x 3 attacks
     # an epsilon that is not configured has no table rule
