@@ -290,3 +290,16 @@ def test_the_config_must_have_the_preconditions_section_and_in_bounds():
     bad["preconditions"]["permuted_train_acc"] = 1.5
     with pytest.raises(ConfigError, match="permuted_train_acc"):
         validate_config(bad)
+
+
+def test_dose_response_variants_are_not_checked_as_the_papers_at_at():
+    """The sweep's generated AT-AT variants explore other lambdas on purpose (a weak lambda
+    need not reach the paper's PGD-success regime); the preconditions check the configured
+    AT-AT variants, and the causal replicates through them."""
+    from atat.config import load_config, with_dose_response
+    from atat.paper import precondition_roles
+
+    root = Path(__file__).resolve().parents[1] / "config"
+    config = with_dose_response(load_config(root / "config.yaml", root / "demo.yaml"))
+    assert {"atat_w0p125", "atat_w0p25", "atat_w1"} <= set(config["defenses"])
+    assert precondition_roles(config)["AT-AT"] == ["atat"]

@@ -320,8 +320,12 @@ def section3_roles(config: Mapping[str, Any]) -> dict[str, list[str]]:
 
 def precondition_roles(config: Mapping[str, Any]) -> dict[str, list[str]]:
     """The experiments whose preconditions :mod:`atat.preconditions` checks (issue 17):
-    experiment label -> defense names (AT-AT: every defense of type ``atat``)."""
-    return {"AT-AT": _defenses_where(config, lambda d: d["type"] == "atat"),
+    experiment label -> defense names (AT-AT: every defense of type ``atat`` but the variants
+    the dose-response sweep generates: they explore other lambdas on purpose, and the sweep's
+    own table reports them)."""
+    generated = {p.defense for p in dose_response_points(config) if p.generated}
+    return {"AT-AT": [n for n in _defenses_where(config, lambda d: d["type"] == "atat")
+                      if n not in generated],
             "permuted labels": permuted_defenses(config),
             "Unseen-Pixels": section3_roles(config)["Unseen-Pixels"]}
 
