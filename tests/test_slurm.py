@@ -41,7 +41,7 @@ TARGET = "results/tables/table4.csv"
 
 
 GPU_RULES = {"train_model", "autoattack", "measure_hsic", "train_evaluation_model", "train_generator",
-             "invert"}
+             "invert", "real_embeddings"}
 
 
 def snakemake_cmd(workdir: Path, *args: str) -> list[str]:
