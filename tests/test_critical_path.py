@@ -1,0 +1,70 @@
+"""atat.critical_path on a hand-written Snakemake run log (the format of Snakemake 9's log)."""
+
+from atat import critical_path as cp
+
+LOG = """\
+Provided cores: 2
+Select jobs to execute...
+
+[Tue Dec  1 10:00:00 2026]
+localrule data:
+    output: resources/datasets/d
+    log: logs/data.log
+    jobid: 1
+    wildcards: dataset=d
+    resources: tmpdir=/tmp
+[Tue Dec  1 10:00:10 2026]
+Finished jobid: 1 (Rule: data)
+
+[Tue Dec  1 10:00:10 2026]
+localrule train:
+    input: resources/datasets/d/images.pt
+    output: m/a.pt, m/a.json
+    jobid: 2
+    wildcards: defense=a
+[Tue Dec  1 10:00:10 2026]
+localrule prior:
+    input: resources/datasets/d
+    output: g.pt
+    jobid: 3
+[Tue Dec  1 10:01:10 2026]
+Finished jobid: 2 (Rule: train)
+[Tue Dec  1 10:03:10 2026]
+Finished jobid: 3 (Rule: prior)
+[Tue Dec  1 10:03:10 2026]
+localrule attack:
+    input: m/a.pt, g.pt
+    output: inv/a.json
+    jobid: 4
+    threads: 2
+[Tue Dec  1 10:03:40 2026]
+Finished jobid: 4 (Rule: attack)
+"""
+
+
+def test_bounds_of_a_small_run():
+    run = cp.parse(LOG)
+    assert run.cores == 2 and sorted(run.jobs) == [1, 2, 3, 4]
+    # the attack reads the model and the prior; the train job reads a file inside the
+    # dataset's directory output
+    assert cp.dependencies(run.jobs) == {1: set(), 2: {1}, 3: {1}, 4: {2, 3}}
+    assert run.jobs[4].threads == 2 and run.jobs[2].label == "train[defense=a]"
+    b = cp.bounds(run)
+    assert b.wall_s == 220
+    # data 10 -> prior 180 -> attack 30; the train job (60 s) is off the path
+    assert b.critical_path_s == 10 + 180 + 30
+    assert [j.rule for j in b.path] == ["data", "prior", "attack"]
+    # core-seconds: 10 + 60 + 180 + 2 x 30 = 310 over 2 cores
+    assert b.busy_core_s == 310 and b.work_bound_s == 155
+    assert b.lower_bound_s == 220 and b.ratio == 1.0
+    text = cp.report(b)
+    assert "critical path (any cores)" in text and "train" not in text.split("critical path:")[1]
+
+
+def test_an_unfinished_job_counts_zero_and_a_non_log_is_refused(tmp_path):
+    run = cp.parse(LOG.rsplit("[Tue Dec  1 10:03:40 2026]", 1)[0])
+    assert run.jobs[4].end is None and run.jobs[4].seconds == 0.0
+    bad = tmp_path / "x.log"
+    bad.write_text("hello\n")
+    assert cp.main([str(bad)]) == 1
+    assert cp.main([str(tmp_path / "missing.log")]) == 1
