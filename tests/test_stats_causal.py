@@ -132,3 +132,11 @@ def test_causal_table_and_skips():
     assert row.status == "skipped" and "missing column" in row.reason and np.isnan(row.tau)
     with pytest.raises(SpecSkipped):
         causal_ols(df.assign(treatment=1), "ppa_attacc1")
+
+
+def test_a_constant_causal_response_is_skipped_with_its_reason():
+    t = causal_table(simulate_causal(seed=5).assign(ppa_attacc1=0.0))
+    flat = t[t.response == "ppa_attacc1"]
+    assert len(flat) == 2 and (flat.status == "skipped").all()
+    assert flat.reason.str.contains("ppa_attacc1 is constant").all()
+    assert (t[t.response == "ppa_dist_face"].status == "ok").all()

@@ -669,3 +669,18 @@ def test_samples_and_reference_levels_come_from_the_workflow_config():
     assert default["T15_ppa_generic_joint_ols"]["sample"] == paper["samples"]["generic"]
     assert default["T15_ppa_generic_joint_ols"]["reference_levels"] == \
         {"dataset": "facescrub", "architecture": "resnet152"}
+
+
+@pytest.mark.parametrize("family", ["ols", "beta"])
+def test_a_constant_response_is_skipped_with_its_reason(family):
+    # every model's AttAcc@1 0 (tiny models the attack never breaks): nothing to explain;
+    # before, OLS reported status "ok" with a zero slope and an undefined p-value
+    df = simulate_summary().assign(ppa_attacc1=0.0, ifgmi_attacc1=0.0)
+    spec = _spec(name="flat", family=family, regressors=["test_acc"])
+    tidy = fit_all(df, [spec])
+    assert (tidy.status == "skipped").all() and len(tidy) == 1
+    assert "is constant (0 for all" in tidy.reason.iloc[0]
+    assert tidy[["estimate", "se", "p_value"]].isna().all().all()
+    varied = df.assign(ppa_attacc1=np.linspace(0.1, 0.3, len(df)),
+                       ifgmi_attacc1=np.linspace(0.1, 0.3, len(df)))
+    assert (fit_all(varied, [spec]).status == "ok").all()

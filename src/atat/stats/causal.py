@@ -21,7 +21,8 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from atat.stats.regression import SpecSkipped, fit_beta, fit_ols, squeeze_unit_interval
+from atat.stats.regression import (SpecSkipped, check_response_varies, fit_beta, fit_ols,
+                                  squeeze_unit_interval)
 
 __all__ = [
     "assign_treatment",
@@ -57,6 +58,7 @@ def _design(df: pd.DataFrame, response: str, treatment: str) -> tuple[pd.Series,
         raise SpecSkipped("need both treated and control units")
     if len(data) < 3:
         raise SpecSkipped(f"too few units (n={len(data)}) for 2 parameters")
+    check_response_varies(data[response], response)
     X = pd.DataFrame({"const": 1.0, "treatment": d.to_numpy()}, index=data.index)
     return data[response].astype(float), X
 

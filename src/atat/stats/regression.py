@@ -529,6 +529,16 @@ def squeeze_unit_interval(y: pd.Series | np.ndarray) -> tuple[np.ndarray, bool]:
     return y, False
 
 
+def check_response_varies(y: pd.Series | np.ndarray, response: str) -> None:
+    """A response that takes one value over the whole sample (every model's AttAcc@1 0, say)
+    has nothing to explain: OLS would report a zero slope with zero variance ("ok", p = nan)
+    and the Beta likelihood a degenerate optimum. Raises :class:`SpecSkipped` naming it."""
+    v = np.asarray(y, dtype=float)
+    if v.size and np.ptp(v) == 0.0:
+        raise SpecSkipped(f"response {response} is constant ({v[0]:.6g} for all {v.size} rows): "
+                          "no variation to explain")
+
+
 def _prepare(df: pd.DataFrame, spec: Mapping[str, Any]):
     cols_needed = [spec["response"], *spec["regressors"]]
     factor = CONTROLS[spec.get("controls", "none")]
@@ -706,6 +716,7 @@ def fit_spec(df: pd.DataFrame, spec: Mapping[str, Any]) -> dict[str, Any]:
     X, dnotes = build_design(data, spec)
     notes += dnotes
     y = data[spec["response"]].astype(float)
+    check_response_varies(y, spec["response"])
     k = check_size(spec, data)
     if k != X.shape[1] + (1 if spec["family"] == "beta" else 0):  # parameter_count's contract
         raise RuntimeError(f"spec {spec['name']}: parameter_count {k} disagrees with the "
