@@ -86,9 +86,11 @@ def test_trained_models_flow_into_the_statistics(tmp_path):
     AT-AT) go through AutoAttack, PPA and the summary into Table 15 (and Table 5), Figure 2
     and Tables 21/22, fitted with the n the config plans and finite numbers; ``all`` plans
     these outputs. It tests the data path, not the statistics (unit-tested on simulated
-    summaries): with .test/tiny's 4-step prior and 1-epoch evaluation network PPA AttAcc@1 came
-    out 0 for all 10 models, so the leakage fits are degenerate (constant response: estimates
-    0, SEs 0 or NaN); the L2 face distance of Table 22 varies and gets a real interval.
+    summaries). With .test/tiny's sizes PPA AttAcc@1 came out 0 for all 10 models (a 4-step
+    prior, 2 attacked images per model); .test/stats attacks 12 images with a better evaluation
+    network so that it can vary, and the assertions follow the data: a response that varies is
+    fitted with the planned n, a constant one is skipped naming it (never "ok" with a zero
+    slope). The L2 face distance of Table 22 varies and gets a real interval.
     Measured 2026-12-01: 60 jobs, 1,317 CPU-s of jobs (AutoAttack 539, training 469, PPA 147,
     evaluation network 94; atat.jobstats), 64.7 min wall on the shared 2-core machine at load
     8-11 (user+sys 25 min); roughly 12-15 min on 2 idle cores."""
@@ -108,28 +110,38 @@ def test_trained_models_flow_into_the_statistics(tmp_path):
     assert summary.loc[summary["treatment"] == 1, "defense"].eq("atat").all()
     # Table 15's specifications: fitted on the 6 generic models (no causal replicate)
     tidy = pd.read_csv(tmp_path / "results" / "stats" / "regressions.csv")
-    t15 = tidy[tidy["spec"].str.startswith("T15_") & (tidy["status"] == "ok")]
+    generic = summary[summary["treatment"].isna()]
+    varies = generic["ppa_attacc1"].nunique() > 1
+    t15 = tidy[tidy["spec"].str.startswith("T15_ppa")]
     assert not t15.empty, tidy[["spec", "status", "reason"]].drop_duplicates().to_string()
-    assert (t15["n"] == 6).all()
-    assert np.isfinite(t15["estimate"].to_numpy()).all()
-    # (no check of the SEs: on this config PPA AttAcc@1 is 0 for every model, a constant
-    # response, so the joint OLS (df 1) has NaN SEs -- see the docstring)
     fig2 = tidy[tidy["spec"] == "T15_ppa_generic_joint_ols"]
-    assert (fig2["status"] == "ok").all() and (fig2["n"] == 6).all() and len(fig2) == 5, \
-        fig2[["status", "reason"]].drop_duplicates().to_string()
-    assert (tmp_path / "results" / "tables" / "table15.md").read_text().startswith("Table 15")
     png = (tmp_path / STATS_TARGETS[-1]).read_bytes()
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 5000
     log = (tmp_path / "logs" / "figures" / "figure2.log").read_text()
-    assert "not drawn" not in log
+    if varies:      # fitted on the 6 generic models (no causal replicate)
+        ok = t15[t15["status"] == "ok"]
+        assert not ok.empty and (ok["n"] == 6).all(), t15[["spec", "status", "reason"]]
+        assert np.isfinite(ok["estimate"].to_numpy()).all()
+        assert (fig2["status"] == "ok").all() and (fig2["n"] == 6).all() and len(fig2) == 5, \
+            fig2[["status", "reason"]].drop_duplicates().to_string()
+        assert "not drawn" not in log
+    else:           # every model's AttAcc@1 the same: each PPA spec skipped, naming it
+        assert (t15["status"] == "skipped").all(), t15[["spec", "status", "reason"]]
+        assert t15["reason"].str.contains("response ppa_attacc1 is constant").all()
+        assert "not drawn" in log and "is constant" in log
+    assert (tmp_path / "results" / "tables" / "table15.md").read_text().startswith("Table 15")
     # Tables 21/22: the 4 replicates, OLS and Beta of PPA AttAcc@1, OLS of the face distance
     t21 = pd.read_csv(tmp_path / "results" / "tables" / "table21.csv")
     t22 = pd.read_csv(tmp_path / "results" / "tables" / "table22.csv")
     assert sorted(t21["Model"]) == ["BETA", "OLS"] and list(t22["Response"]) == ["ppa_dist_face"]
-    for t in (t21, t22):
+    replicates_vary = summary.loc[summary["treatment"].notna(), "ppa_attacc1"].nunique() > 1
+    for t in ([t21, t22] if replicates_vary else [t22]):
         assert (t["Status"] == "ok").all(), t.to_string()
         assert (t["n"] == 4).all()
         assert np.isfinite(t["AT-AT (Treatment)"].to_numpy(float)).all()
+    if not replicates_vary:
+        assert t21["Status"].str.startswith("skipped: response ppa_attacc1 is constant").all(), \
+            t21.to_string()
     # the face distance varies between the replicates: a proper interval
     assert np.isfinite(t22[["Treatment SE", "CI low", "CI high"]].to_numpy(float)).all()
     assert (t22["Treatment SE"] > 0).all()
