@@ -25,6 +25,7 @@ include: "workflow/rules/summary.smk"
 include: "workflow/rules/tables.smk"
 include: "workflow/rules/stats.smk"
 include: "workflow/rules/dose_response.smk"
+include: "workflow/rules/claims.smk"
 
 
 rule all:

@@ -169,7 +169,7 @@ def test_workflow_rst_lists_the_stages_in_dag_order():
     stages = re.findall(r"^\d+\. \*\*([^*]+)\*\*", text, flags=re.M)
     assert stages == ["Data", "Target models", "AutoAttack", "HSIC",
                       "Evaluation networks and image prior", "Model inversion", "Summary",
-                      "Tables", "Statistics", "Figures"]
+                      "Tables", "Statistics", "Figures", "The paper's claims"]
     order = ["train_model", "autoattack", "measure_hsic", "train_evaluation_model", "invert",
              "summary", "table4", "regressions", "figure_robustness"]
     positions = [text.index(f"``{r}``") for r in order]
@@ -215,7 +215,7 @@ def test_workflow_rst_renders_without_errors(overlay):
     assert f"on\n{config['autoattack']['n_examples']} " in rendered.replace("   ", "")
     html = publish_parts(rendered, writer="html",
                          settings_overrides={"halt_level": 2, "report_level": 2})["html_body"]
-    assert "AT-AT reproduction workflow" in html and html.count("<li>") == 10
+    assert "AT-AT reproduction workflow" in html and html.count("<li>") == 11
 
 
 # ----------------------------------------------------------------------------- README layout

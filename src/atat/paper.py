@@ -521,7 +521,6 @@ class Output:
     caption: str = ""
     labels: Mapping[str, str] = field(default_factory=dict)
     family: str = ""
-    family: str = ""
 
     def defense_labels(self) -> dict[str, str]:
         return DefenseLabels({**DEFENSE_LABELS, **self.labels})
@@ -529,6 +528,39 @@ class Output:
 
 def _const(*files: str) -> Callable[[Plan], list[str]]:
     return lambda plan: list(files)
+
+
+# ------------------------------------------------------------------------------ the claims
+def claims_cell(config: Mapping[str, Any]) -> tuple[str, str]:
+    """The cell of the per-cell claims: the paper's main one (FaceScrub, ResNet-152) in the
+    config's names (``paper_roles``)."""
+    return (translate(config, "datasets", ["facescrub"])[0],
+            translate(config, "architectures", ["resnet152"])[0])
+
+
+def claims_inputs(plan: Plan) -> dict[str, Any]:
+    """What :func:`atat.claims.claims_table` reads under this plan: the summary and the
+    per-image table, and -- where the plan builds them -- the regressions, the cost of
+    privacy, the preconditions, the dose-response table (None where not built) and the HSIC
+    files of the claims cell's first-seed models (defense -> file)."""
+    def first(entry_id: str, suffix: str) -> str | None:
+        return next((t for t in output(entry_id).targets(plan) if t.endswith(suffix)), None)
+
+    dataset, arch = claims_cell(plan.config)
+    built = set(output("hsic").targets(plan))
+    hsic = {r.defense: hsic_file(r) for r in grid_runs(plan)
+            if (r.dataset, r.architecture, r.seed) == (dataset, arch, plan.first_seed)
+            and hsic_file(r) in built}
+    return {"summary": "results/summary.csv", "per_image": "results/inversion/per_image.csv",
+            "regressions": first("regressions", "regressions.csv"),
+            "cost": first("cost_of_privacy", ".csv"), "preconditions": first("preconditions",
+                                                                              ".csv"),
+            "dose": first("dose_response", ".csv"), "hsic": hsic}
+
+
+def _claims_targets(plan: Plan) -> list[str]:
+    return (["results/tables/claims.csv", "results/tables/claims.md"]
+            if "results/inversion/per_image.csv" in _inversion_targets(plan) else [])
 
 
 REGISTRY: list[Output] = [
@@ -601,6 +633,10 @@ REGISTRY: list[Output] = [
            "atat.figures:observed_vs_predicted"),
     Output("figure4", "figure4", "stats", _stats_targets("figure4"),
            "atat.figures:accuracy_vs_privacy"),
+    # --- stage claims (workflow/rules/claims.smk; issue 17): the paper's claims vs the run
+    Output("claims", "claims", "claims", _claims_targets, "atat.claims:claims_table",
+           "The paper's claims against this run, each with the run's 95% interval and a "
+           "verdict (supported / consistent / inconclusive / contradicted / not testable)."),
     # --- stage dose_response (workflow/rules/dose_response.smk; beyond the paper, issue 17)
     Output("dose_response", "dose_response", "dose_response", _dose_response_targets,
            "atat.dose_response:dose_response",

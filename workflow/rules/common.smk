@@ -26,6 +26,7 @@ from atat.paper import (  # noqa: E402
     MAIN_TABLE_IDS,
     REGRESSION_TABLE_IDS,
     Plan,
+    claims_inputs,
     final_targets,
     figure5_run,
     grid_runs,
@@ -212,6 +213,15 @@ def all_targets():
     config can build (atat.paper.REGISTRY; a table whose inputs the config lacks is not a
     target)."""
     return final_targets(PLAN)
+
+
+def claims_rule_inputs(wildcards):
+    """Named inputs of the claims table (atat.paper.claims_inputs): the files the plan
+    builds, the claims cell's HSIC files as hsic_<defense>."""
+    found = claims_inputs(PLAN)
+    named = {k: v for k, v in found.items() if k != "hsic" and v is not None}
+    named.update({f"hsic_{d}": f for d, f in found["hsic"].items()})
+    return named
 
 
 def figure5_model_run():

@@ -1,0 +1,160 @@
+"""atat.claims: the paper's claims against a run, on simulated workflow outputs where each
+claim holds (or fails) by construction, and the claims rule's inputs under the demo plan."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import yaml
+
+from atat.claims import VERDICTS, claims_table, directional, no_effect, rate_difference
+from atat.config import load_config, model_runs
+from atat.paper import Plan, claims_inputs, final_targets
+
+ROOT = Path(__file__).resolve().parents[1]
+PAPER, DEMO = ROOT / "config" / "config.yaml", ROOT / "config" / "demo.yaml"
+CELL = {"dataset": "synthfaces", "architecture": "resnet18"}   # the demo's FaceScrub/RN-152
+# PPA AttAcc@1 on 100 images, test accuracy, mean delta_face, mean per-batch HSIC(X, Z)
+HOLDS = {
+    "nodef": (0.60, 0.70, 0.50, 1.0), "nodef_es": (0.50, 0.60, 0.52, 1.0),
+    "mid": (0.40, 0.70, 0.55, 1.0), "bido": (0.30, 0.70, 0.55, 1.0),
+    "bido_lx1e3": (0.50, 0.70, 0.52, 0.7), "tldmi": (0.25, 0.65, 0.56, 1.0),
+    "negls": (0.30, 0.70, 0.55, 1.0), "rolss": (0.45, 0.70, 0.52, 1.0),
+    "rolss_ssf": (0.50, 0.70, 0.51, 1.0), "trap_mid": (0.40, 0.70, 0.53, 1.0),
+    "atat": (0.05, 0.75, 0.70, 1.0), "permuted": (0.05, 0.05, 0.90, 1.0),
+    "unseen_pixels": (0.55, 0.62, 0.51, 1.0),
+}
+
+
+def _write(tmp: Path, cells: dict, demo: dict, *, causal_gap: float = 0.5) -> dict:
+    rng = np.random.default_rng(0)
+    per_image, summary = [], []
+    for d, (rate, acc, dist, _) in cells.items():
+        for attack in ("ppa", "ifgmi"):
+            correct = np.zeros(100, int)
+            correct[: int(round(rate * 100))] = 1
+            rng.shuffle(correct)
+            for i in range(100):
+                per_image.append({**CELL, "defense": d, "seed": 0, "attack": attack,
+                                  "class": i // 5, "correct_top1": correct[i],
+                                  "correct_top5": correct[i],
+                                  "dist_face": dist + rng.normal(0, 0.02)})
+        summary.append({**CELL, "defense": d, "defense_type": demo["defenses"][d]["type"],
+                        "seed": 0, "test_acc": acc, "treatment": np.nan,
+                        "ppa_attacc1": rate, "ppa_n_images": 100})
+    for k in range(10):     # the causal replicates: AT-AT lowers AttAcc@1 by causal_gap
+        t = k % 2
+        summary.append({**CELL, "defense": "atat" if t else "nodef", "defense_type":
+                        "atat" if t else "nodef", "seed": 100 + k, "test_acc": 0.7,
+                        "treatment": t, "replicate": k,
+                        "ppa_attacc1": 0.6 - causal_gap * t + 0.01 * (k % 3),
+                        "ppa_n_images": 100, "ppa_dist_face": 0.5 + 0.2 * t + 0.01 * k})
+    pd.DataFrame(per_image).to_csv(tmp / "per_image.csv", index=False)
+    pd.DataFrame(summary).to_csv(tmp / "summary.csv", index=False)
+    hsic = {}
+    for d, (*_, h) in cells.items():
+        path = tmp / f"hsic_{d}.json"
+        path.write_text(json.dumps({"raw": {"hsic_xz": {
+            f"layer{j}": list(h + rng.normal(0, 0.05, 30)) for j in range(4)}}}))
+        hsic[d] = path
+    tidy = []
+    for table, attack, sample, slope in (("T15", "ppa", "generic", (0.2, 0.8)),
+                                         ("T18", "ifgmi", "generic", (0.1, 0.9)),
+                                         ("T16", "ppa", "gradient", (-0.3, 0.6)),
+                                         ("T19", "ifgmi", "gradient", (-0.2, 0.7))):
+        for eps in ("0.0025", "0.0005", "1e-05"):
+            tidy.append({"spec": f"{table}_{attack}_{sample}_eps{eps}_ols", "status": "ok",
+                         "term": f"robust_acc_eps{eps}", "estimate": sum(slope) / 2,
+                         "ci_low": slope[0], "ci_high": slope[1], "r2": 0.8, "n": 18})
+        tidy.append({"spec": f"{table}_{attack}_{sample}_joint_ols", "status": "ok",
+                     "term": "test_acc", "estimate": 0.1, "ci_low": -0.2, "ci_high": 0.4,
+                     "r2": 0.93, "n": 18})
+    pd.DataFrame(tidy).to_csv(tmp / "regressions.csv", index=False)
+    pd.DataFrame({"term": ["robust_acc_eps0.0025", "robust_acc_eps0.0005",
+                           "robust_acc_eps1e-05"], "gamma": [0.3, 5.0, 0.9],
+                  "ci_low": [0.2, -np.inf, 0.5], "ci_high": [0.5, np.inf, 1.9]}
+                 ).to_csv(tmp / "cost.csv", index=False)
+    pd.DataFrame({"experiment": ["AT-AT", "permuted labels", "Unseen-Pixels"],
+                  "model": ["atat", "permuted", "unseen_pixels"], "check": ["a", "b", "c"],
+                  "passed": [True, True, True]}).to_csv(tmp / "pre.csv", index=False)
+    pd.DataFrame({"weight_adv": [0, 0.25, 0.5, 1.0], "ppa_attacc1": [0.6, 0.4, 0.2, 0.05],
+                  "ppa_n_images": 100}).to_csv(tmp / "dose.csv", index=False)
+    return dict(summary_csv=tmp / "summary.csv", per_image_csv=tmp / "per_image.csv",
+                regressions_csv=tmp / "regressions.csv", cost_csv=tmp / "cost.csv",
+                hsic_files=hsic, preconditions_csv=tmp / "pre.csv", dose_csv=tmp / "dose.csv",
+                outputs=[tmp / "claims.csv", tmp / "claims.md"])
+
+
+@pytest.fixture
+def demo():
+    return load_config(PAPER, DEMO)
+
+
+def test_claims_that_hold_by_construction_are_supported_or_consistent(tmp_path, demo):
+    files = _write(tmp_path, HOLDS, demo)
+    t = claims_table(demo, **files).set_index("claim")
+    assert set(t["verdict"]) <= set(VERDICTS)
+    v = t["verdict"].to_dict()
+    for claim in ("hsic_bido_star", "permuted_permuted", "tradeoff_ppa", "tradeoff_ifgmi",
+                  "cost_robust_acc_eps0.0025", "cost_robust_acc_eps1e-05", "causal_atat",
+                  "atat_ppa", "atat_ifgmi", "dose_response"):
+        assert v[claim] == "supported", (claim, t.loc[claim, "run"], t.loc[claim, "basis"])
+    # claims of no effect are never more than consistent; an unbounded gamma interval is
+    # consistent, not supported
+    for claim in ("hsic_bido", "hsic_tldmi", "hsic_negls", "unseen_pixels_unseen_pixels",
+                  "clean_acc_ppa", "tradeoff_gradient", "cost_robust_acc_eps0.0005"):
+        assert v[claim] == "consistent", (claim, t.loc[claim, "run"])
+    assert "84% -> 6.5%" in t.loc["causal_atat", "paper"]
+    md = files["outputs"][1].read_text()
+    assert md.startswith("The paper's claims against this run") and "supported" in md
+
+
+def test_claims_the_run_contradicts_say_so(tmp_path, demo):
+    cells = dict(HOLDS)
+    cells["bido"] = (0.30, 0.70, 0.55, 0.6)            # BiDO does lower HSIC
+    cells["unseen_pixels"] = (0.10, 0.62, 0.60, 1.0)   # Unseen-Pixels far more private
+    cells["rolss"] = (0.0, 0.80, 0.60, 1.0)            # a baseline dominates AT-AT
+    cells["bido_lx1e3"] = (0.10, 0.70, 0.60, 1.3)      # BiDO**: higher HSIC, better defense
+    files = _write(tmp_path, cells, demo, causal_gap=-0.3)   # AT-AT raises AttAcc@1
+    t = claims_table(demo, **files).set_index("claim")["verdict"]
+    for claim in ("hsic_bido", "unseen_pixels_unseen_pixels", "atat_ppa", "hsic_bido_star",
+                  "causal_atat"):
+        assert t[claim] == "contradicted", claim
+
+
+def test_a_failed_precondition_makes_its_claims_not_testable(tmp_path, demo):
+    files = _write(tmp_path, HOLDS, demo)
+    pre = pd.read_csv(files["preconditions_csv"])
+    pre.loc[pre["experiment"] == "AT-AT", "passed"] = False
+    pre.to_csv(files["preconditions_csv"], index=False)
+    t = claims_table(demo, **files).set_index("claim")
+    assert t.loc["causal_atat", "verdict"] == "not testable"
+    assert "failed: a" in t.loc["causal_atat", "basis"]
+    assert t.loc["permuted_permuted", "verdict"] == "supported"    # another experiment
+
+
+def test_verdict_rules():
+    assert directional(0.3, 0.1, 0.5, +1) == "supported"
+    assert directional(0.3, -0.1, 0.5, +1) == "consistent"
+    assert directional(-0.3, -0.5, 0.1, +1) == "inconclusive"
+    assert directional(-0.3, -0.5, -0.1, +1) == "contradicted"
+    assert no_effect(-0.5, -0.1, forbidden=-1) == "contradicted"
+    assert no_effect(-0.5, 0.1, forbidden=-1) == "consistent"
+    est, lo, hi = rate_difference(0.6, 100, 0.3, 100)
+    assert est == pytest.approx(0.3) and 0.15 < lo < 0.3 < hi < 0.45
+
+
+def test_the_demo_plan_builds_the_claims_from_its_own_outputs(demo):
+    regressions = yaml.safe_load((ROOT / "config" / "regressions.yaml").read_text())
+    plan = Plan(demo, model_runs(demo), regressions)
+    inputs = claims_inputs(plan)
+    targets = set(final_targets(plan))
+    assert {"results/tables/claims.csv", "results/tables/claims.md"} <= targets
+    for key in ("regressions", "cost", "preconditions", "dose"):
+        assert inputs[key] in targets, key
+    assert {"nodef", "bido", "bido_lx1e3", "tldmi", "negls"} <= set(inputs["hsic"])
+    assert all("/synthfaces/resnet18/" in f for f in inputs["hsic"].values())
