@@ -158,3 +158,19 @@ def test_the_demo_plan_builds_the_claims_from_its_own_outputs(demo):
         assert inputs[key] in targets, key
     assert {"nodef", "bido", "bido_lx1e3", "tldmi", "negls"} <= set(inputs["hsic"])
     assert all("/synthfaces/resnet18/" in f for f in inputs["hsic"].values())
+
+
+def test_seed_variation_of_the_causal_replicates(tmp_path, demo):
+    files = _write(tmp_path, HOLDS, demo)
+    files["outputs"] += [tmp_path / "seed_variation.csv", tmp_path / "seed_variation.md"]
+    claims_table(demo, **files)
+    sv = pd.read_csv(tmp_path / "seed_variation.csv").set_index(["arm", "metric"])
+    # 5 control replicates: AttAcc@1 0.60 + 0.01 * (k % 3) for k = 0, 2, 4, 6, 8
+    row = sv.loc[("control", "ppa_attacc1")]
+    assert row["n_seeds"] == 5 and row["min"] == pytest.approx(0.60)
+    assert row["max"] == pytest.approx(0.62) and row["grid_model"] == pytest.approx(0.60)
+    assert row["sd"] == pytest.approx(np.std([0.60, 0.62, 0.61, 0.60, 0.62], ddof=1))
+    assert (tmp_path / "seed_variation.md").read_text().startswith("How much the numbers move")
+    no_causal = {**demo, "causal": None}
+    claims_table(no_causal, **files)
+    assert "no causal experiment" in (tmp_path / "seed_variation.md").read_text()

@@ -458,6 +458,38 @@ def build_claims(inp: Inputs) -> pd.DataFrame:
     return pd.DataFrame([c.__dict__ for c in claims], columns=COLUMNS)
 
 
+# ------------------------------------------------------------------------------ seed variation
+def seed_variation(summary: pd.DataFrame, config: Mapping[str, Any]) -> pd.DataFrame:
+    """How much one model's numbers move with its seed: the causal experiment's replicates
+    (one cell, same recipe, seeds ``causal.first_seed``...) per arm -- mean, SD, min, max of
+    clean accuracy, robust accuracy at each epsilon and the attacks' AttAcc@1 / delta_face --
+    next to the grid's first-seed model of the same variant (the number the tables show).
+    Empty without a causal experiment."""
+    causal = config.get("causal")
+    if not causal or "treatment" not in summary or summary["treatment"].isna().all():
+        return pd.DataFrame()
+    cell = summary[(summary["dataset"] == causal["dataset"])
+                   & (summary["architecture"] == causal["architecture"])]
+    reps, grid = cell[cell["treatment"].notna()], cell[cell["treatment"].isna()]
+    metrics = [c for c in summary.columns if c == "test_acc" or
+               (c.startswith("robust_acc_eps") and c.count("_") == 2) or
+               c.endswith(("_attacc1", "_dist_face"))]
+    rows = []
+    for arm, defense in ((1, causal.get("treatment", "atat")), (0, causal.get("control", "nodef"))):
+        part = reps[reps["treatment"] == arm]
+        ref = grid[grid["defense"] == defense]
+        for m in metrics:
+            v = part[m].dropna()
+            if v.empty:
+                continue
+            rows.append({"arm": "treatment" if arm else "control", "defense": defense,
+                         "metric": m, "n_seeds": len(v), "mean": v.mean(),
+                         "sd": v.std(ddof=1) if len(v) > 1 else np.nan, "min": v.min(),
+                         "max": v.max(), "grid_model": ref[m].iloc[0] if len(ref) and
+                         m in ref else np.nan})
+    return pd.DataFrame(rows)
+
+
 # ------------------------------------------------------------------------------ the rule
 def _read(path: str | Path | None) -> pd.DataFrame | None:
     return None if not path else pd.read_csv(path)
@@ -469,7 +501,8 @@ def claims_table(config: Mapping[str, Any], *, summary_csv: str | Path, per_imag
                  hsic_files: Mapping[str, str | Path] | None = None,
                  preconditions_csv: str | Path | None = None,
                  dose_csv: str | Path | None = None) -> pd.DataFrame:
-    """Write results/tables/claims.{csv,md} (``outputs``: the .csv and the .md path)."""
+    """Write results/tables/claims.{csv,md} and, with a causal experiment in the summary,
+    results/tables/seed_variation.{csv,md} (``outputs``: those paths, by name)."""
     from atat.stats.causal import causal_table
     from atat.stats.regression import causal_sample
     from atat.tables import main_results, to_markdown
@@ -487,12 +520,21 @@ def claims_table(config: Mapping[str, Any], *, summary_csv: str | Path, per_imag
                  dose=_read(dose_csv), dataset=claims_cell(config)[0],
                  architecture=claims_cell(config)[1])
     table = build_claims(inp)
-    csv_out, md_out = (Path(p) for p in outputs)
-    with io.atomic_path(csv_out) as tmp:
-        table.to_csv(tmp, index=False)
     counts = table["verdict"].value_counts()
     caption = (f"The paper's claims against this run ({inp.dataset} / {inp.architecture} for "
                "the per-cell claims): " + ", ".join(f"{counts.get(v, 0)} {v}" for v in VERDICTS)
                + ". Verdicts from 95% intervals (atat.claims).")
-    io.write_text(md_out, to_markdown(table, caption))
+    seeds = seed_variation(summary, config)
+    seeds_caption = ("How much the numbers move with the seed: the causal experiment's "
+                     "replicates (same cell and recipe, other seeds) per arm, next to the grid's "
+                     "first-seed model of the variant.")
+    by_name = {Path(p).name: Path(p) for p in outputs}
+    for name, frame, cap in (("claims", table, caption), ("seed_variation", seeds, seeds_caption)):
+        if f"{name}.csv" not in by_name:
+            continue
+        with io.atomic_path(by_name[f"{name}.csv"]) as tmp:
+            frame.to_csv(tmp, index=False)
+        if f"{name}.md" in by_name:
+            io.write_text(by_name[f"{name}.md"], to_markdown(frame, cap) if len(frame) else
+                          cap + "\n\n(no causal experiment in this run)\n")
     return table

@@ -559,8 +559,12 @@ def claims_inputs(plan: Plan) -> dict[str, Any]:
 
 
 def _claims_targets(plan: Plan) -> list[str]:
-    return (["results/tables/claims.csv", "results/tables/claims.md"]
-            if "results/inversion/per_image.csv" in _inversion_targets(plan) else [])
+    """The claims table and the seed-variation table (empty, saying so, without a causal
+    experiment), when the plan attacks its models."""
+    if "results/inversion/per_image.csv" not in _inversion_targets(plan):
+        return []
+    return [f"results/tables/{name}.{ext}" for name in ("claims", "seed_variation")
+            for ext in ("csv", "md")]
 
 
 REGISTRY: list[Output] = [

@@ -1,7 +1,8 @@
 # Stage 11 (issue 17): the paper's claims against this run, one row each with the run's 95%
-# interval and a verdict (atat.claims). Reads only the workflow's own outputs (summary,
-# per-image table, regressions, cost of privacy, preconditions, dose-response, the claims
-# cell's HSIC files: atat.paper.claims_inputs); built when the plan runs an inversion attack.
+# interval and a verdict, and how much the numbers move with the seed (atat.claims). Reads
+# only the workflow's own outputs (summary, per-image table, regressions, cost of privacy,
+# preconditions, dose-response, the claims cell's HSIC files: atat.paper.claims_inputs);
+# built when the plan runs an inversion attack.
 
 
 rule claims:
@@ -15,6 +16,13 @@ rule claims:
             labels={"output": "table"},
         ),
         "results/tables/claims.md",
+        report(
+            "results/tables/seed_variation.csv",
+            caption="../report/claims.rst",
+            category="The paper's claims",
+            labels={"output": "seed variation"},
+        ),
+        "results/tables/seed_variation.md",
     log:
         "logs/tables/claims.log",
     benchmark:
