@@ -637,7 +637,10 @@ def test_causal_replicates_get_only_the_attacks_tables_21_22_read():
     assert len(replicates) == 10
     assert all(paper.run_attacks(cfg, r) == ["ppa"] for r in replicates)
     grid = paper.grid_runs(paper.Plan(cfg, runs))
-    assert all(paper.run_attacks(cfg, r) == ["ppa", "ifgmi", "ppdg"] for r in grid)
+    main = [r for r in grid if (r.dataset, r.architecture) == ("synthfaces", "resnet18")]
+    assert main and all(paper.run_attacks(cfg, r) == ["ppa", "ifgmi", "ppdg"] for r in main)
+    # the demo's other cells: PPA and IF-GMI only (their grid blocks' `attacks`)
+    assert all(paper.run_attacks(cfg, r) == ["ppa", "ifgmi"] for r in grid if r not in main)
     regressions = yaml.safe_load((root / "regressions.yaml").read_text())
     plan = paper.Plan(cfg, runs, regressions)
     hsic = set(next(o for o in paper.REGISTRY if o.id == "hsic").targets(plan))
@@ -651,3 +654,43 @@ def test_causal_replicates_get_only_the_attacks_tables_21_22_read():
     with pytest.raises(ConfigError, match=r"causal\.ols_responses: 'ifgmi_dist_face'"):
         paper.check(cfg, regs)
     paper.check(cfg, regressions)
+
+
+def test_a_grid_block_chooses_its_models_attacks():
+    """grid[i].attacks: the attacks of that block's models (default every inversion.attacks;
+    a model in several blocks gets the union); a reconstruction figure is planned only for a
+    (cell, attack) with an attacked model; an unknown attack is a ConfigError naming the key."""
+    import copy
+
+    from atat import paper
+    from atat.config import load_config, model_runs, validate_config
+
+    root = Path(__file__).resolve().parents[1] / "config"
+    cfg = load_config(root / "config.yaml", root / "demo.yaml")
+    cfg["grid"] = [{"datasets": ["synthfaces"], "architectures": ["resnet18"],
+                    "defenses": ["nodef", "mid"], "attacks": ["ppa"]},
+                   {"datasets": ["synthfaces"], "architectures": ["resnet18"],
+                    "defenses": ["mid"], "attacks": ["ifgmi"]},
+                   {"datasets": ["synthfaces"], "architectures": ["resnet10"],
+                    "defenses": ["nodef"]}]
+    cfg["causal"] = None
+    cfg["statistics"]["samples"] = {
+        name: {"defenses": ["nodef", "mid"], "datasets": ["synthfaces"],
+               "architectures": ["resnet18", "resnet10"], "exclude_rows": []}
+        for name in ("generic", "gradient")}
+    validate_config(cfg)
+    plan = paper.Plan(cfg, model_runs(cfg))
+    got = {(r.architecture, r.defense): paper.run_attacks(cfg, r) for r in plan.runs}
+    assert got == {("resnet18", "nodef"): ["ppa"], ("resnet18", "mid"): ["ppa", "ifgmi"],
+                   ("resnet10", "nodef"): ["ppa", "ifgmi", "ppdg"]}
+    figures = paper.output("reconstructions").targets(plan)
+    assert "results/figures/reconstructions_synthfaces_resnet18_ppdg.png" not in figures
+    assert "results/figures/reconstructions_synthfaces_resnet18_ifgmi.png" in figures
+    assert "results/figures/reconstructions_synthfaces_resnet10_ppdg.png" in figures
+    assert set(paper.reconstruction_models(plan, "synthfaces", "resnet18", "ifgmi")) == {"mid"}
+    inv = paper.output("inversion").targets(plan)
+    assert not any("/resnet18/" in f and "/ppdg/" in f for f in inv)
+    bad = copy.deepcopy(cfg)
+    bad["grid"][0]["attacks"] = ["ppa", "gmi"]
+    with pytest.raises(ConfigError, match=r"grid\[0\]\.attacks: 'gmi' is not one of"):
+        validate_config(bad)

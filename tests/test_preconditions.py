@@ -300,6 +300,8 @@ def test_dose_response_variants_are_not_checked_as_the_papers_at_at():
     from atat.paper import precondition_roles
 
     root = Path(__file__).resolve().parents[1] / "config"
-    config = with_dose_response(load_config(root / "config.yaml", root / "demo.yaml"))
+    config = with_dose_response(load_config(root / "config.yaml", root / "demo.yaml",
+                                            root.parent / "tests" / "data" /
+                                            "demo_dose_response.yaml"))
     assert {"atat_w0p125", "atat_w0p25", "atat_w1"} <= set(config["defenses"])
     assert precondition_roles(config)["AT-AT"] == ["atat"]

@@ -14,7 +14,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 
-TINY = (ROOT / ".test" / "minimal" / "config.yaml").read_text() + "inversion: {attacks: []}\n"
+# minimal/config.yaml ends with its `inversion:` mapping: no attack here
+TINY = (ROOT / ".test" / "minimal" / "config.yaml").read_text() + "  attacks: []\n"
 
 
 def load_common(monkeypatch):

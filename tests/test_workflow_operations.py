@@ -131,14 +131,15 @@ def test_main_results_read_the_grid_models_only_dry():
     from atat.config import load_config, model_runs
     from atat.paper import Plan, grid_runs, run_attacks
 
-    config = load_config(ROOT / "config" / "config.yaml", ROOT / "config" / "demo.yaml")
+    sweep = ROOT / "tests" / "data" / "demo_dose_response.yaml"    # the demo's designed sweep
+    config = load_config(ROOT / "config" / "config.yaml", ROOT / "config" / "demo.yaml", sweep)
     runs = model_runs(config)
     assert any(r.replicate is not None for r in runs) and any(r.dose_response for r in runs)
     grid = grid_runs(Plan(config, runs))
     expected = {f"results/inversion/{r.path}/{a}/per_image.csv"
                 for r in grid for a in run_attacks(config, r)}
     proc = _snakemake("-n", "--forceall", "results/inversion/per_image.csv",
-                      "--configfile", "config/demo.yaml")
+                      "--configfile", "config/demo.yaml", str(sweep))
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     block = proc.stdout.split("rule inversion_per_image:", 1)[1]
     inputs = set(block.split("input:", 1)[1].split("\n", 1)[0].strip().split(", "))

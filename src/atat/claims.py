@@ -428,7 +428,7 @@ def _atat_vs_baselines(inp: Inputs) -> list[Claim]:
 
 def _dose_claim(inp: Inputs) -> list[Claim]:
     d = inp.dose
-    if d is None or d.empty:
+    if d is None or d.empty or not inp.config.get("dose_response"):
         return []
     attack = str(inp.config["dose_response"]["attack"])
     col, ncol = f"{attack}_attacc1", f"{attack}_n_images"

@@ -134,6 +134,12 @@ def _check_semantics(config: Mapping[str, Any]) -> None:
                     raise ConfigError(
                         f"invalid configuration: grid[{i}].{key}: '{item}' is not defined under "
                         f"'{pool_name}' (defined: {sorted(pool)})")
+    configured = [str(a) for a in ((config.get("inversion") or {}).get("attacks") or [])]
+    for i, cell in enumerate(config["grid"]):
+        for attack in cell.get("attacks") or []:
+            if attack not in configured:
+                raise ConfigError(f"invalid configuration: grid[{i}].attacks: '{attack}' is not "
+                                  f"one of inversion.attacks {configured}")
     for i, rule in enumerate(config.get("overrides", [])):
         for key, pool in (("dataset", datasets), ("architecture", config["architectures"]),
                           ("defense", config["defenses"])):

@@ -180,17 +180,23 @@ def inversion_attacks(config: Mapping[str, Any]) -> list[str]:
 
 
 def run_attacks(config: Mapping[str, Any], run: Any) -> list[str]:
-    """The inversion attacks run against one model: every configured attack, except for a
-    model only the dose-response sweep adds (``run.dose_response``): its ``attack``; and for a
-    causal replicate (``run.replicate``): ``causal.attacks`` where given (what Tables 21/22
-    read), in the order of ``inversion.attacks``."""
+    """The inversion attacks run against one model, in the order of ``inversion.attacks``:
+    for a grid model the union of the ``attacks`` of the grid blocks that list it (a block
+    without ``attacks``: every configured attack); for a model only the dose-response sweep
+    adds (``run.dose_response``): its ``attack``; for a causal replicate (``run.replicate``):
+    ``causal.attacks`` where given (what Tables 21/22 read), else every attack."""
     if getattr(run, "dose_response", False):
         return [str(config["dose_response"]["attack"])]
     attacks = inversion_attacks(config)
-    wanted = (config.get("causal") or {}).get("attacks")
-    if getattr(run, "replicate", None) is not None and wanted:
-        return [a for a in attacks if a in {str(w) for w in wanted}]
-    return attacks
+    if getattr(run, "replicate", None) is not None:
+        wanted = (config.get("causal") or {}).get("attacks")
+        return [a for a in attacks if a in {str(w) for w in wanted}] if wanted else attacks
+    chosen: set[str] = set()
+    for cell in config.get("grid") or []:
+        if (run.dataset in cell["datasets"] and run.architecture in cell["architectures"]
+                and run.defense in cell["defenses"]):
+            chosen |= {str(a) for a in cell.get("attacks") or attacks}
+    return [a for a in attacks if a in chosen] if chosen else attacks
 
 
 def grid_runs(plan: "Plan") -> list[Any]:
@@ -291,7 +297,8 @@ def reconstruction_models(plan: Plan, dataset: str, arch: str, attack: str) -> d
     """best_images.pt of every (non-replicate, first-seed) model of one cell, by defense."""
     return {r.defense: f"results/inversion/{r.path}/{attack}/best_images.pt"
             for r in grid_runs(plan) if r.dataset == dataset
-            and r.architecture == arch and r.seed == plan.first_seed}
+            and r.architecture == arch and r.seed == plan.first_seed
+            and attack in run_attacks(plan.config, r)}
 
 
 def permuted_defenses(config: Mapping[str, Any]) -> list[str]:
@@ -354,7 +361,8 @@ def _inversion_targets(plan: Plan) -> list[str]:
 
 def _reconstruction_targets(plan: Plan) -> list[str]:
     return [f"results/figures/reconstructions_{d}_{a}_{atk}.png"
-            for d, a in inversion_cells(plan) for atk in plan.attacks]
+            for d, a in inversion_cells(plan) for atk in plan.attacks
+            if reconstruction_models(plan, d, a, atk)]
 
 
 def _table2_targets(plan: Plan) -> list[str]:
