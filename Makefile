@@ -16,6 +16,7 @@ venv: $(VENV)/.installed
 
 demo: venv
 	$(VENV)/bin/snakemake all --configfile config/demo.yaml --cores $(CORES) --keep-going --rerun-incomplete --show-failed-logs --logger rich --set-threads train_model=1 autoattack=1 invert=1 measure_hsic=1 train_generator=1 train_evaluation_model=1 train_face_embedding=1
+	-$(VENV)/bin/python -m atat.critical_path
 
 # Test tiers: `make test` is the fast tier (unit and component tests, no Snakemake run;
 # goal < 10 min on 2 cores); `make test-all` is everything: also the end-to-end Snakemake runs

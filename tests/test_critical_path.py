@@ -68,3 +68,27 @@ def test_an_unfinished_job_counts_zero_and_a_non_log_is_refused(tmp_path):
     bad.write_text("hello\n")
     assert cp.main([str(bad)]) == 1
     assert cp.main([str(tmp_path / "missing.log")]) == 1
+
+
+def test_a_stopped_run_and_its_relaunch_in_one_text(tmp_path):
+    # the relaunch's jobids start again at 1: they must not overwrite the first run's jobs
+    second = """\
+Building DAG of jobs...
+Provided cores: 2
+[Tue Dec  1 10:05:00 2026]
+localrule table:
+    input: inv/a.json
+    output: t.md
+    jobid: 1
+[Tue Dec  1 10:05:20 2026]
+Finished jobid: 1 (Rule: table)
+"""
+    run = cp.parse("Building DAG of jobs...\n" + LOG + second)
+    assert len(run.jobs) == 5
+    b = cp.bounds(run)
+    assert b.wall_s == 320                      # 10:00:00 -> 10:05:20, the pause included
+    assert [j.rule for j in b.path] == ["data", "prior", "attack", "table"]
+    assert b.critical_path_s == 220 + 20
+    (tmp_path / "1.log").write_text(LOG)
+    (tmp_path / "2.log").write_text(second)
+    assert cp.main([str(tmp_path / "1.log"), str(tmp_path / "2.log")]) == 0

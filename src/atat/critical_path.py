@@ -11,8 +11,8 @@ two lower bounds on the run's wall time, each from the jobs' measured durations:
 
 ``wall / max(critical path, work bound)`` is what scheduling can still win (1.0: nothing).
 Durations are wall times of jobs that shared the machine with their neighbours, so both bounds
-describe this run, not an idle machine.  ``python -m atat.critical_path [LOG]`` prints the
-bounds and the jobs on the critical path; without LOG, the newest run log under
+describe this run, not an idle machine.  ``python -m atat.critical_path [LOG ...]`` prints
+the bounds and the jobs on the critical path; without LOG, the newest run log under
 ``.snakemake/log``.
 """
 
@@ -31,6 +31,10 @@ _RULE = re.compile(r"^(?:local)?(?:checkpoint|rule) (\S+):$")
 _FIELD = re.compile(r"^    (\w+): (.*)$")
 _DONE = re.compile(r"^Finished jobid: (\d+)")
 _CORES = re.compile(r"^Provided cores: (\d+)")
+_NEW_RUN = "Building DAG of jobs..."
+#: jobids restart with every Snakemake invocation: a log of several runs (a stopped and
+#: relaunched run, logs given one after the other) keys its jobs by run * _RUN_KEY + jobid
+_RUN_KEY = 1_000_000
 
 
 @dataclass
@@ -66,8 +70,10 @@ def _paths(value: str) -> list[str]:
 
 
 def parse(text: str) -> Run:
-    """The jobs of one Snakemake run log; a job without a ``Finished`` line (failed or
-    interrupted) keeps ``end = None`` and counts with duration 0."""
+    """The jobs of a Snakemake run log (or of several runs' logs one after the other: a
+    stopped run and its relaunch, whose wall time then spans both, pause included); a job
+    without a ``Finished`` line (failed or interrupted) keeps ``end = None`` and counts with
+    duration 0."""
     jobs: dict[int, Job] = {}
     stamp: datetime | None = None
     first: datetime | None = None
@@ -75,10 +81,11 @@ def parse(text: str) -> Run:
     block: dict[str, str] | None = None
     rule = ""
     block_start: datetime | None = None
+    run = 0
 
     def close() -> None:
         if block is not None and "jobid" in block and block_start is not None:
-            jid = int(block["jobid"])
+            jid = run * _RUN_KEY + int(block["jobid"])
             jobs[jid] = Job(jid, rule, block_start, inputs=_paths(block.get("input", "")),
                             outputs=_paths(block.get("output", "")),
                             threads=int(block.get("threads", "1")),
@@ -95,10 +102,12 @@ def parse(text: str) -> Run:
             continue
         close()
         block = None
-        if m := _RULE.match(line):
+        if line.startswith(_NEW_RUN) and (jobs or first is not None):
+            run += 1
+        elif m := _RULE.match(line):
             block, rule, block_start = {}, m[1], stamp
-        elif (m := _DONE.match(line)) and int(m[1]) in jobs:
-            jobs[int(m[1])].end = stamp
+        elif (m := _DONE.match(line)) and run * _RUN_KEY + int(m[1]) in jobs:
+            jobs[run * _RUN_KEY + int(m[1])].end = stamp
         elif m := _CORES.match(line):
             cores = int(m[1])
     close()
@@ -189,13 +198,14 @@ def newest_log(root: Path = Path(".snakemake/log")) -> Path:
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m atat.critical_path", description=__doc__
                                  .split("\n\n")[0])
-    ap.add_argument("log", nargs="?", help="a Snakemake run log (default: the newest under "
-                    ".snakemake/log)")
+    ap.add_argument("logs", nargs="*", help="Snakemake run log(s), in order (default: the "
+                    "newest under .snakemake/log)")
     args = ap.parse_args(argv)
     try:
-        path = Path(args.log) if args.log else newest_log()
-        print(f"{path}:")
-        print(report(bounds(parse(path.read_text(errors="replace")))))
+        paths = [Path(p) for p in args.logs] or [newest_log()]
+        print(", ".join(map(str, paths)) + ":")
+        text = "\n".join(p.read_text(errors="replace") for p in paths)
+        print(report(bounds(parse(text))))
     except (OSError, ValueError) as e:
         print(f"atat.critical_path: {e}", file=sys.stderr)
         return 1
