@@ -521,9 +521,15 @@ def claims_table(config: Mapping[str, Any], *, summary_csv: str | Path, per_imag
                  architecture=claims_cell(config)[1])
     table = build_claims(inp)
     counts = table["verdict"].value_counts()
+    from atat.preconditions import PRIOR
+
+    prior_ok, prior_why = inp.precondition(PRIOR)
     caption = (f"The paper's claims against this run ({inp.dataset} / {inp.architecture} for "
                "the per-cell claims): " + ", ".join(f"{counts.get(v, 0)} {v}" for v in VERDICTS)
-               + ". Verdicts from 95% intervals (atat.claims).")
+               + ". Verdicts from 95% intervals (atat.claims). Every privacy number comes from "
+               f"inversions with the attacker's prior, whose quality precondition {prior_why}"
+               + (" (reconstructions weaker than the paper's: AttAcc@1 differences are "
+                  "measured, but with a worse attacker)" if prior_ok is False else "") + ".")
     seeds = seed_variation(summary, config)
     seeds_caption = ("How much the numbers move with the seed: the causal experiment's "
                      "replicates (same cell and recipe, other seeds) per arm, next to the grid's "
