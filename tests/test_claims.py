@@ -176,3 +176,14 @@ def test_seed_variation_of_the_causal_replicates(tmp_path, demo):
     no_causal = {**demo, "causal": None}
     claims_table(no_causal, **files)
     assert "no causal experiment" in (tmp_path / "seed_variation.md").read_text()
+
+
+def test_a_run_of_two_models_gives_reasons_not_errors(tmp_path, demo):
+    # .test/tiny's grid (NoDef and AT-AT only): every claim that needs another model says so
+    files = _write(tmp_path, {d: HOLDS[d] for d in ("nodef", "atat")}, demo)
+    t = claims_table(demo, **files).set_index("claim")
+    assert t.loc["atat_ppa", "verdict"] == "not testable"
+    assert "no baseline" in t.loc["atat_ppa", "basis"]
+    for claim in ("hsic_bido", "hsic_bido_star", "unseen_pixels_unseen_pixels",
+                  "permuted_permuted"):
+        assert t.loc[claim, "verdict"] == "not testable" and t.loc[claim, "basis"], claim

@@ -414,8 +414,12 @@ def _atat_vs_baselines(inp: Inputs) -> list[Claim]:
         c.run = (f"AT-AT {me['attacc1']:.3f} at test acc. {me['test_acc']:.3f}; significantly "
                  f"lower than {len(better)} of {n} baselines ({', '.join(better) or 'none'}); "
                  f"dominated by {', '.join(dominated_by) or 'none'}")
-        if ok is False:
+        if ok is False or n == 0:
             c.verdict = "not testable"
+            if n == 0:
+                c.basis = "no baseline of the 7 attacked in this cell"
+                out.append(c)
+                continue
         elif dominated_by:
             c.verdict = "contradicted"
         else:
