@@ -149,8 +149,9 @@ class Inputs:
         rows = pc[pc["experiment"] == experiment]
         if rows.empty:
             return None, f"no {experiment} precondition rows"
-        passed = rows["passed"].astype(str).str.lower().isin(["true", "1"])
-        failed = rows.loc[~passed, "check"].tolist()
+        # rows without a threshold (passed empty) are informational, not checks
+        failed = rows.loc[rows["passed"].astype(str).str.lower().isin(["false", "0"]),
+                          "check"].drop_duplicates().tolist()
         return (not failed), ("failed: " + ", ".join(failed)) if failed else "passed"
 
 
