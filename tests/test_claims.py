@@ -187,3 +187,13 @@ def test_a_run_of_two_models_gives_reasons_not_errors(tmp_path, demo):
     for claim in ("hsic_bido", "hsic_bido_star", "unseen_pixels_unseen_pixels",
                   "permuted_permuted"):
         assert t.loc[claim, "verdict"] == "not testable" and t.loc[claim, "basis"], claim
+
+
+def test_a_run_without_statistics_gives_reasons_not_errors(tmp_path, demo):
+    # .test/tiny's `all`: one grid cell, so no regression, cost or dose-response input
+    files = _write(tmp_path, {d: HOLDS[d] for d in ("nodef", "atat")}, demo)
+    files.update(regressions_csv=None, cost_csv=None, dose_csv=None)
+    t = claims_table(demo, **files).set_index("claim")
+    for claim in ("tradeoff_ppa", "tradeoff_ifgmi", "clean_acc_ppa", "tradeoff_gradient",
+                  "cost_robust_acc_eps0.0025"):
+        assert t.loc[claim, "verdict"] == "not testable" and t.loc[claim, "basis"], claim

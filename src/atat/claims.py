@@ -271,6 +271,8 @@ def _tidy_rows(inp: Inputs, spec: str) -> pd.DataFrame:
 
 
 def _term(rows: pd.DataFrame, term: str) -> tuple[float, float, float] | None:
+    if rows.empty:          # no regressions in this run (an empty frame has no columns)
+        return None
     r = rows[(rows["term"] == term) & (rows["status"] == "ok")]
     return None if r.empty else (float(r["estimate"].iloc[0]), float(r["ci_low"].iloc[0]),
                                  float(r["ci_high"].iloc[0]))
