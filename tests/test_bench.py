@@ -75,6 +75,30 @@ def test_quick_run_writes_table(tmp_path, capsys):
     assert "ratio" in capsys.readouterr().out
 
 
+def test_quick_autoattack_lines_per_attack_and_for_the_job(tmp_path, monkeypatch):
+    # the job line's reference is one direct library call per attack, each with its own attack
+    # (a closure bound late would run the last attack four times)
+    from pyautoattack import AutoAttack
+
+    ran: list[list[str]] = []
+    real = AutoAttack.run_standard_evaluation
+
+    def spy(self, *a, **kw):
+        ran.append(list(self.attacks_to_run))
+        return real(self, *a, **kw)
+
+    monkeypatch.setattr(AutoAttack, "run_standard_evaluation", spy)
+    out = tmp_path / "bench.csv"
+    assert bench.main(["--quick", "--only", "autoattack", "--out", str(out),
+                       "--cache", str(tmp_path / "cache")]) == 0
+    rows = list(csv.DictReader(out.open()))
+    attacks = bench.demo_config()["autoattack"]["attacks"]
+    assert [r["variant"] for r in rows] == [*attacks, "all (one job)"]
+    assert all(float(r["ratio"]) > 0 for r in rows)
+    # per attack: project + direct (one attack each); the job: project's 4 + direct's 4
+    assert ran[-2 * len(attacks):] == [[a] for a in attacks] * 2
+
+
 def test_unknown_component_is_refused(tmp_path):
     with pytest.raises(SystemExit):
         bench.main(["--only", "training", "--out", str(tmp_path / "x.csv")])
