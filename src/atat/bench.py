@@ -345,11 +345,15 @@ def bench_autoattack(cfg: Mapping[str, Any], *, n_examples: int | None = None,
     groups = {"apgd": "apgd", "apgd_t": "apgd_targeted", "fab": "fab", "square": "square"}
     rows = []
     direct: dict[str, Callable[[], None]] = {}
+
+    def run_project(attacks: tuple[str, ...]) -> None:
+        evaluate_autoattack(net, x, y, epsilon=eps, attacks=attacks, version=aa["version"],
+                            settings=settings or None, batch_size=int(aa["batch_size"]),
+                            seed=int(aa["seed"]), normalize=False)
+
     for attack in aa["attacks"]:
-        def project() -> None:
-            evaluate_autoattack(net, x, y, epsilon=eps, attacks=(attack,), version=aa["version"],
-                                settings=settings or None, batch_size=int(aa["batch_size"]),
-                                seed=int(aa["seed"]), normalize=False)
+        def project(attack: str = attack) -> None:
+            run_project((attack,))
 
         def reference(attack: str = attack) -> None:  # bound now: `direct` calls it later
             adv = AutoAttack(net, norm="Linf", eps=eps, version="standard", seed=int(aa["seed"]),
@@ -372,9 +376,7 @@ def bench_autoattack(cfg: Mapping[str, Any], *, n_examples: int | None = None,
     attacks = tuple(aa["attacks"])
 
     def project_job() -> None:
-        evaluate_autoattack(net, x, y, epsilon=eps, attacks=attacks, version=aa["version"],
-                            settings=settings or None, batch_size=int(aa["batch_size"]),
-                            seed=int(aa["seed"]), normalize=False)
+        run_project(attacks)
 
     def direct_job() -> None:
         for a in attacks:
