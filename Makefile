@@ -11,7 +11,7 @@ $(VENV)/.installed: pyproject.toml
 	$(VENV)/bin/pip install --quiet -e .
 	touch $@
 
-.PHONY: venv demo test test-all test-paper-shapes dry-run-paper bench
+.PHONY: venv demo test test-all test-paper-shapes dry-run-paper bench float-paths
 venv: $(VENV)/.installed
 
 # --max-jobs-per-timespan 1000/60s: Snakemake's default (100/1s) re-runs its scheduler every
@@ -45,3 +45,9 @@ dry-run-paper: venv
 # table on the terminal, CSV in results/bench/bench.csv.
 bench: venv
 	$(VENV)/bin/python -m atat.bench
+
+# The demo's NoDef trained once per CPU float path (native kernels, AVX2-limited kernels, two
+# threads, another seed) in fresh processes: how much the demo's numbers move between machines
+# (src/atat/float_paths.py; table on the terminal, CSV in results/bench/float_paths.csv).
+float-paths: venv
+	$(VENV)/bin/python -m atat.float_paths
