@@ -11,7 +11,7 @@ $(VENV)/.installed: pyproject.toml
 	$(VENV)/bin/pip install --quiet -e .
 	touch $@
 
-.PHONY: venv demo test test-all test-paper-shapes dry-run-paper bench float-paths
+.PHONY: venv demo test test-all test-paper-shapes dry-run-paper bench bench-gpu float-paths
 venv: $(VENV)/.installed
 
 # --max-jobs-per-timespan 1000/60s: Snakemake's default (100/1s) re-runs its scheduler every
@@ -45,6 +45,13 @@ dry-run-paper: venv
 # table on the terminal, CSV in results/bench/bench.csv.
 bench: venv
 	$(VENV)/bin/python -m atat.bench
+
+# The paper config's shapes on the device (ResNet-152 at 224 px training images/s for NoDef and
+# AT-AT with channels-last / bf16 autocast beside the paper's fp32, standard AutoAttack images/s
+# per eps, PPA at 1024 px, TF32 off inside PGD and AutoAttack): src/atat/bench_gpu.py; CSV in
+# results/bench/bench_gpu.csv. On a machine without a GPU: make bench-gpu ARGS=--quick
+bench-gpu: venv
+	$(VENV)/bin/python -m atat.bench_gpu $(ARGS)
 
 # The demo's NoDef trained once per CPU float path (native kernels, AVX2-limited kernels, two
 # threads, another seed) in fresh processes: how much the demo's numbers move between machines
