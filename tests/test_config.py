@@ -674,6 +674,7 @@ def test_a_grid_block_chooses_its_models_attacks():
                    {"datasets": ["synthfaces"], "architectures": ["resnet10"],
                     "defenses": ["nodef"]}]
     cfg["causal"] = None
+    cfg["dose_response"] = None
     cfg["statistics"]["samples"] = {
         name: {"defenses": ["nodef", "mid"], "datasets": ["synthfaces"],
                "architectures": ["resnet18", "resnet10"], "exclude_rows": []}
