@@ -39,7 +39,6 @@ from __future__ import annotations
 
 import argparse
 import copy
-import csv
 import dataclasses
 import os
 import statistics
@@ -861,15 +860,11 @@ def format_table(rows: Sequence[Row]) -> str:
 
 
 def write_csv(rows: Sequence[Row], path: Path, meta: Mapping[str, Any]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fields = [f.name for f in dataclasses.fields(Row)] + ["meets_goal", *meta]
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w", newline="") as fh:
-        w = csv.DictWriter(fh, fieldnames=fields)
-        w.writeheader()
-        for r in rows:
-            w.writerow({**dataclasses.asdict(r), "meets_goal": r.meets_goal, **meta})
-    os.replace(tmp, path)
+    from atat import io
+
+    io.write_csv_rows(path, [f.name for f in dataclasses.fields(Row)] + ["meets_goal", *meta],
+                      ({**dataclasses.asdict(r), "meets_goal": r.meets_goal, **meta}
+                       for r in rows))
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -37,9 +37,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import csv
 import dataclasses
-import os
 import statistics
 import sys
 import time
@@ -47,7 +45,6 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -253,7 +250,6 @@ def bench_training(cfg: Mapping[str, Any], shapes: Shapes, device: torch.device,
                     "forwards checked", note=f"outside the attacks: {_flags_text()} (PyTorch's "
                     f"defaults, as the authors trained); TF32 disabled there: "
                     f"{all(training_flags) if training_flags else 'n/a'}"))
-            del net, model, opt
     return lines
 
 
@@ -369,15 +365,10 @@ def format_table(lines: Sequence[Line]) -> str:
 
 
 def write_csv(lines: Sequence[Line], path: Path, meta: Mapping[str, Any]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fields = [f.name for f in dataclasses.fields(Line)] + list(meta)
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w", newline="") as fh:
-        w = csv.DictWriter(fh, fieldnames=fields)
-        w.writeheader()
-        for ln in lines:
-            w.writerow({**dataclasses.asdict(ln), **meta})
-    os.replace(tmp, path)
+    from atat import io
+
+    io.write_csv_rows(path, [f.name for f in dataclasses.fields(Line)] + list(meta),
+                      ({**dataclasses.asdict(ln), **meta} for ln in lines))
 
 
 COMPONENTS = ("train", "autoattack", "ppa")

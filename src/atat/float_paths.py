@@ -25,7 +25,6 @@ Table on the terminal, CSV in ``results/bench/float_paths.csv``.
 from __future__ import annotations
 
 import argparse
-import csv
 import hashlib
 import json
 import os
@@ -180,15 +179,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         rows.append(run_path(name, work=work, cache=cache, epochs=args.epochs))
         print(f"{name}: test {rows[-1]['test_acc']:.3f} val {rows[-1]['val_acc']:.3f} "
               f"digest {rows[-1]['digest']} ({rows[-1]['cpu_s']} CPU-s)", flush=True)
+    from atat import io
+
     out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(out.name + ".tmp")
-    with open(tmp, "w", newline="") as fh:
-        w = csv.DictWriter(fh, fieldnames=[*FIELDS, "date"])
-        w.writeheader()
-        for r in rows:
-            w.writerow({**{f: r[f] for f in FIELDS}, "date": time.strftime("%Y-%m-%d")})
-    os.replace(tmp, out)
+    io.write_csv_rows(out, [*FIELDS, "date"],
+                      ({**{f: r[f] for f in FIELDS}, "date": time.strftime("%Y-%m-%d")}
+                       for r in rows))
     print()
     print(format_table(rows))
     print(f"\nwritten: {out}")

@@ -19,7 +19,7 @@ import shutil
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 
 log = logging.getLogger(__name__)
@@ -112,6 +112,18 @@ def write_text(path: str | os.PathLike[str], text: str) -> None:
 
 def write_json(path: str | os.PathLike[str], obj: Any) -> None:
     write_text(path, json.dumps(obj, indent=2, sort_keys=True, allow_nan=False) + "\n")
+
+
+def write_csv_rows(path: str | os.PathLike[str], fieldnames: Sequence[str],
+                   rows: Iterable[Mapping[str, Any]]) -> None:
+    """A CSV with a header row, written atomically (parent folders created)."""
+    import csv
+
+    with atomic_path(path) as tmp, open(tmp, "w", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=list(fieldnames))
+        writer.writeheader()
+        for row in rows:
+            writer.writerow(row)
 
 
 def read_json(path: str | os.PathLike[str]) -> Any:
