@@ -56,16 +56,9 @@ OVERLAY = ROOT / ".test" / "paper-shapes" / "config.yaml"
 
 pytestmark = [pytest.mark.paper_shapes, pytest.mark.slow]
 
-# StyleGAN2-ADA's official network configurations (NVIDIA's train.py cfg 'stylegan2' for FFHQ
-# 1024 px, 'paper512' for AFHQ-Dog 512 px): mapping 8 layers, channel_base 32768, 4 fp16 blocks,
-# conv_clamp 256; D resnet with minibatch-std groups 4 (ffhq) / 8 (afhqdog).
-GENERATOR_KW = dict(z_dim=512, c_dim=0, w_dim=512, img_channels=3,
-                    mapping_kwargs=dict(num_layers=8, embed_features=None, layer_features=None,
-                                        activation="lrelu", lr_multiplier=0.01, w_avg_beta=0.995),
-                    synthesis_kwargs=dict(channel_base=32768, channel_max=512, num_fp16_res=4,
-                                          conv_clamp=256, architecture="skip",
-                                          resample_filter=[1, 3, 3, 1], use_noise=True,
-                                          activation="lrelu"))
+# The official priors (StyleGAN2-ADA's FFHQ 1024 px and AFHQ-Dog 512 px networks share the
+# generator architecture atat.inversion.stylegan2.OFFICIAL_PRIOR_KWARGS); D resnet with
+# minibatch-std groups 4 (ffhq) / 8 (afhqdog).
 PRIORS = {"ffhq": (1024, 4), "afhqdog": (512, 8)}
 IMAGES_PER_CLASS = 8
 
@@ -120,10 +113,10 @@ def _torchvision_state(arch: str, weights: str) -> dict:
 
 def _stylegan_pickle(path: Path, resolution: int, mbstd_group: int) -> None:
     from atat.inversion.safe_pickle import save_stylegan_pickle
-    from atat.inversion.stylegan2 import Discriminator, Generator
+    from atat.inversion.stylegan2 import OFFICIAL_PRIOR_KWARGS, Discriminator, Generator
 
     torch.manual_seed(resolution)
-    G = Generator(img_resolution=resolution, **GENERATOR_KW).eval().requires_grad_(False)
+    G = Generator(img_resolution=resolution, **OFFICIAL_PRIOR_KWARGS).eval().requires_grad_(False)
     D = Discriminator(c_dim=0, img_resolution=resolution, img_channels=3, architecture="resnet",
                       channel_base=32768, channel_max=512, num_fp16_res=4, conv_clamp=256,
                       epilogue_kwargs=dict(mbstd_group_size=mbstd_group))

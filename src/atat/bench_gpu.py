@@ -47,6 +47,8 @@ from typing import Any, Callable, Iterator, Mapping, Sequence
 import torch
 from torch import Tensor, nn
 
+from atat.inversion.stylegan2 import OFFICIAL_PRIOR_KWARGS
+
 ROOT = Path(__file__).resolve().parents[2]
 TRAIN_VARIANTS = ("fp32", "channels_last", "bf16_autocast", "compile")
 #: standard AutoAttack's work per attack: (iterations or queries, target classes, restarts)
@@ -89,13 +91,6 @@ def paper_config() -> dict[str, Any]:
     return cfg
 
 
-#: the official FFHQ 1024 px StyleGAN2-ADA network (NVIDIA's train.py cfg 'stylegan2')
-FFHQ_GENERATOR = dict(z_dim=512, c_dim=0, w_dim=512, img_channels=3,
-                      mapping_kwargs=dict(num_layers=8),
-                      synthesis_kwargs=dict(channel_base=32768, channel_max=512, num_fp16_res=4,
-                                            conv_clamp=256))
-
-
 def paper_shapes(cfg: Mapping[str, Any], dataset: str = "facescrub",
                  architecture: str = "resnet152") -> Shapes:
     """FaceScrub with ResNet-152 (the paper's main cell) and its prior (FFHQ, 1024 px)."""
@@ -106,7 +101,7 @@ def paper_shapes(cfg: Mapping[str, Any], dataset: str = "facescrub",
                   n_classes=int(ds["n_classes"]), batch_size=int(cfg["training"]["batch_size"]),
                   aa_examples=int(cfg["autoattack"]["batch_size"]), gen_resolution=1024,
                   center_crop=gen.get("center_crop"), ppa_batch=int(ppa["batch_size"]),
-                  ppa_steps=int(ppa["steps"]), generator_kwargs=FFHQ_GENERATOR)
+                  ppa_steps=int(ppa["steps"]), generator_kwargs=OFFICIAL_PRIOR_KWARGS)
 
 
 def quick_shapes() -> Shapes:

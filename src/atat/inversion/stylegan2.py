@@ -32,6 +32,7 @@ __all__ = [
     "SynthesisBlock",
     "SynthesisNetwork",
     "Generator",
+    "OFFICIAL_PRIOR_KWARGS",
     "Conv2dLayer",
     "Discriminator",
     "train_small_generator",
@@ -39,6 +40,15 @@ __all__ = [
 ]
 
 _SQRT2 = math.sqrt(2.0)
+
+#: The official priors' generator architecture (NVIDIA's stylegan2-ada-pytorch train.py: cfg
+#: 'stylegan2' for FFHQ at 1024 px, 'paper512' for AFHQ-Dog at 512 px share it): 8 mapping
+#: layers, channel_base 32768, channel_max 512, 4 fp16 blocks, conv_clamp 256; everything else
+#: at the classes' defaults.  Pass ``img_resolution`` beside it.
+OFFICIAL_PRIOR_KWARGS = dict(z_dim=512, c_dim=0, w_dim=512, img_channels=3,
+                             mapping_kwargs=dict(num_layers=8),
+                             synthesis_kwargs=dict(channel_base=32768, channel_max=512,
+                                                   num_fp16_res=4, conv_clamp=256))
 
 
 # ---------------------------------------------------------------------------------------
