@@ -17,10 +17,12 @@ venv: $(VENV)/.installed
 # --max-jobs-per-timespan 1000/60s: Snakemake's default (100/1s) re-runs its scheduler every
 # second, re-evaluating the params of every ready job each time; on the demo that took 25-45%
 # of one of the 2 cores (issue 16, measured 2026-12-01). Locally the limit never binds; a job
-# that finishes still wakes the scheduler at once.
+# that finishes still wakes the scheduler at once. Last, the HTML report of every table and
+# figure the run built (results/report.html).
 demo: venv
 	$(VENV)/bin/snakemake all --configfile config/demo.yaml --cores $(CORES) --keep-going --rerun-incomplete --show-failed-logs --max-jobs-per-timespan 1000/60s --logger rich --set-threads train_model=1 autoattack=1 invert=1 measure_hsic=1 train_generator=1 train_evaluation_model=1 train_face_embedding=1
 	-$(VENV)/bin/python -m atat.critical_path
+	$(VENV)/bin/snakemake --report results/report.html --configfile config/demo.yaml
 
 # Test tiers: `make test` is the fast tier (unit and component tests, no Snakemake run;
 # goal < 10 min on 2 cores); `make test-all` is everything: also the end-to-end Snakemake runs
