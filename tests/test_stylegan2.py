@@ -11,6 +11,7 @@ from scipy.signal import convolve2d, correlate2d
 
 from atat.inversion.safe_pickle import load_stylegan_pickle, save_stylegan_pickle
 from atat.inversion.stylegan2 import (
+    OFFICIAL_PRIOR_KWARGS,
     FullyConnectedLayer,
     Generator,
     SynthesisLayer,
@@ -21,13 +22,9 @@ from atat.inversion.stylegan2 import (
     upsample2d,
 )
 
-FFHQ_KW = dict(z_dim=512, c_dim=0, w_dim=512, img_channels=3,
-               mapping_kwargs=dict(num_layers=8, embed_features=None, layer_features=None,
-                                   activation="lrelu", lr_multiplier=0.01, w_avg_beta=0.995),
-               synthesis_kwargs=dict(channel_base=32768, channel_max=512, num_fp16_res=4,
-                                     conv_clamp=256, architecture="skip",
-                                     resample_filter=[1, 3, 3, 1], use_noise=True,
-                                     activation="lrelu"))
+# the official FFHQ/AFHQ-Dog generator architecture: the package's one definition, checked here
+# against the spec's parameter counts and names
+FFHQ_KW = OFFICIAL_PRIOR_KWARGS
 
 
 def _tiny(seed=1234, res=16, conv_clamp=None, noise=0.25) -> Generator:
