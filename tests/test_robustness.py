@@ -552,12 +552,34 @@ def test_precision_benchmark_cli_on_a_trained_model(tmp_path, capsys):
                      overlay)["autoattack"]
     job_out = tmp_path / "robustness" / "eps1e-05.json"
     with one_thread():
-        rec = evaluate_autoattack_model_file(
+        [rec] = evaluate_autoattack_model_file(
             model_path=tmp_path / "m.pt", dataset_root=tmp_path / "ds" / "private",
-            out_path=job_out, epsilon=1e-5, settings=aa, resolution=16)
+            outputs={1e-5: job_out}, settings=aa, resolution=16)
     assert json.loads(job_out.read_text()) == json.loads(json.dumps(rec))
     assert rec["model_id"] == "t/resnet18/nodef/seed0" and rec["epsilon_tag"] == "1e-05"
     assert rec["n_examples"] == 3 and rec["attacks"] == ["apgd-ce"] and rec["precision"] == "fp32"
+    # autoattack.job per_model: every epsilon in one job writes the records that one job per
+    # epsilon writes (each epsilon seeded on its own; only the timings differ)
+    per_model = {0.031: tmp_path / "pm" / "eps0.031.json", 1e-5: tmp_path / "pm" / "eps1e-05.json"}
+    alone = tmp_path / "pe" / "eps0.031.json"
+    with one_thread():
+        evaluate_autoattack_model_file(
+            model_path=tmp_path / "m.pt", dataset_root=tmp_path / "ds" / "private",
+            outputs=per_model, settings=aa, resolution=16)
+        evaluate_autoattack_model_file(
+            model_path=tmp_path / "m.pt", dataset_root=tmp_path / "ds" / "private",
+            outputs={0.031: alone}, settings=aa, resolution=16)
+
+    def untimed(path):
+        rec = json.loads(path.read_text())
+        rec.pop("seconds")
+        for entry in rec["per_attack"].values():
+            entry.pop("seconds")
+        return rec
+
+    assert untimed(per_model[1e-5]) == untimed(job_out)
+    assert untimed(per_model[0.031]) == untimed(alone)
+    assert untimed(alone)["epsilon"] == 0.031 and untimed(alone)["settings"] != {}
 
 
 def test_autoattack_has_one_home_with_distinct_names():
@@ -593,5 +615,5 @@ def test_autoattack_precision_key_is_validated(tmp_path):
     # the job checks it too, before loading anything
     with pytest.raises(ValueError, match="autoattack.precision must be one of fp32, tf32"):
         evaluate_autoattack_model_file(model_path=tmp_path / "missing.pt", dataset_root=tmp_path,
-                out_path=tmp_path / "o.json", epsilon=0.01, resolution=16,
+                outputs={0.01: tmp_path / "o.json"}, resolution=16,
                 settings={"precision": "tf16"})

@@ -18,8 +18,8 @@ This module wraps ``pyautoattack`` (the PyPI packaging of the official AutoAttac
   result record; :func:`evaluate_autoattack_with_adversarials` returns the record *and* the
   adversarial examples.
 * :func:`evaluate_autoattack_model_file` is one job of rule ``autoattack``: a trained
-  ``model.pt`` on the first configured examples of its dataset, at one ε, record written as
-  JSON.
+  ``model.pt`` on the first configured examples of its dataset, at one ε or at every ε of the
+  config (``autoattack.job``), one JSON record per ε.
 * :func:`compare_precisions` (and its CLI :func:`precision_benchmark_main`, script
   ``workflow/scripts/bench_gpu_precision.py``; issue 13 item 18) measures Table 14's cells
   (robust accuracy at each ε for one model) under both precisions. TF32 exists only on CUDA
@@ -664,26 +664,37 @@ def _trained_model(model_path: str | Path, device: str) -> tuple[NormalizedModel
 
 
 def evaluate_autoattack_model_file(*, model_path: str | Path, dataset_root: str | Path,
-                                   out_path: str | Path, epsilon: float,
+                                   outputs: Mapping[float, str | Path],
                                    settings: Mapping[str, Any], resolution: int,
-                                   device: str = "cpu") -> dict[str, Any]:
-    """One (model, ε) job of rule autoattack; ``settings`` is the config's ``autoattack``
-    block (``precision`` defaults to fp32). Writes the record (with ``precision`` and
-    ``tf32_active``) to ``out_path``."""
+                                   device: str = "cpu") -> list[dict[str, Any]]:
+    """One job of rule ``autoattack``: the trained model at each ε of ``outputs`` (ε → JSON
+    path, run in that order), the model and its examples loaded once (config
+    ``autoattack.job``: one ε per job, or every ε of the model in one job). ``settings`` is
+    the config's ``autoattack`` block (``precision`` defaults to fp32). Each record (with
+    ``precision`` and ``tf32_active``) is written as soon as its ε is done. Every ε starts from
+    ``settings["seed"]`` (:func:`evaluate_autoattack` seeds before its first forward and runs
+    inside a forked RNG), so a record does not depend on which ε ran before it in the process:
+    both job layouts write the same files (``seconds`` aside)."""
+    if not outputs:
+        raise ValueError("evaluate_autoattack_model_file: no epsilon to evaluate")
     precision = check_precision(settings.get("precision", DEFAULT_PRECISION))
     net, ckpt = _trained_model(model_path, device)
     x, y = first_examples(dataset_root, settings["split"], settings["n_examples"], resolution)
-    result = evaluate_autoattack(
-        net, x, y, epsilon=epsilon,
-        attacks=tuple(settings["attacks"]), version=settings["version"],
-        settings=settings.get("settings") or None, batch_size=settings["batch_size"],
-        seed=settings["seed"], device=device, precision=precision)
-    result.update(model_id=ckpt["model_id"], split=settings["split"],
-                  epsilon_tag=eps_tag(epsilon), model_path=str(model_path))
-    io.write_json(out_path, result)
-    log.info("%s eps=%s robust accuracy %.4f (clean %.4f, precision %s)", ckpt["model_id"],
-             eps_tag(epsilon), result["robust_accuracy"], result["clean_accuracy"], precision)
-    return result
+    results = []
+    for epsilon, out_path in outputs.items():
+        result = evaluate_autoattack(
+            net, x, y, epsilon=float(epsilon),
+            attacks=tuple(settings["attacks"]), version=settings["version"],
+            settings=settings.get("settings") or None, batch_size=settings["batch_size"],
+            seed=settings["seed"], device=device, precision=precision)
+        result.update(model_id=ckpt["model_id"], split=settings["split"],
+                      epsilon_tag=eps_tag(epsilon), model_path=str(model_path))
+        io.write_json(out_path, result)
+        log.info("%s eps=%s robust accuracy %.4f (clean %.4f, precision %s)", ckpt["model_id"],
+                 eps_tag(epsilon), result["robust_accuracy"], result["clean_accuracy"],
+                 precision)
+        results.append(result)
+    return results
 
 
 # --------------------------------------------------------------------------- precision bench

@@ -1,4 +1,5 @@
-"""Snakemake adapter: AutoAttack robust accuracy of one model at one epsilon."""
+"""Snakemake adapter: AutoAttack robust accuracy of one model at the job's epsilons (one, or
+every epsilon of the config with autoattack.job per_model), one JSON per epsilon."""
 
 from _common import device, setup
 
@@ -9,5 +10,5 @@ from atat.robustness import evaluate_autoattack_model_file  # noqa: E402
 p = snakemake.params  # noqa: F821
 evaluate_autoattack_model_file(
     model_path=snakemake.input.model, dataset_root=p.dataset_root,  # noqa: F821
-    out_path=snakemake.output[0], epsilon=float(p.epsilon), settings=p.autoattack,  # noqa: F821
-    resolution=p.resolution, device=device())
+    outputs=dict(zip(map(float, p.epsilons), snakemake.output)),  # noqa: F821
+    settings=p.autoattack, resolution=p.resolution, device=device())
