@@ -99,6 +99,33 @@ def test_quick_autoattack_lines_per_attack_and_for_the_job(tmp_path, monkeypatch
     assert ran[-2 * len(attacks):] == [[a] for a in attacks] * 2
 
 
+def test_quick_autoattack_layout_line_runs_both_layouts_to_the_same_records(tmp_path):
+    import json
+
+    out = tmp_path / "bench.csv"
+    assert bench.main(["--quick", "--only", "autoattack_layout", "--repeats", "1", "--out",
+                       str(out), "--cache", str(tmp_path / "cache")]) == 0
+    [row] = list(csv.DictReader(out.open()))
+    assert (row["component"], row["variant"]) == ("autoattack_layout", "per_model vs per_epsilon")
+    assert float(row["project_s"]) > 0 and float(row["reference_s"]) > 0
+    assert "CPU s per model" in row["note"]
+    # one process with every epsilon and one process per epsilon wrote the same records
+    eps = bench.demo_config()["autoattack"]["epsilons"]
+    [work] = (tmp_path / "cache").glob("aa-layout-*")
+    jobs = sorted(work.iterdir(), key=lambda d: int(d.name))
+    assert len(jobs) == 1 + len(eps)
+    records: dict[str, list] = {}
+    for d in jobs:
+        for f in d.glob("*.json"):
+            rec = json.loads(f.read_text())
+            rec.pop("seconds")
+            for entry in rec["per_attack"].values():
+                entry.pop("seconds")
+            records.setdefault(f.name, []).append(rec)
+    assert len(records) == len(eps)
+    assert all(len(v) == 2 and v[0] == v[1] for v in records.values())
+
+
 def test_unknown_component_is_refused(tmp_path):
     with pytest.raises(SystemExit):
         bench.main(["--only", "training", "--out", str(tmp_path / "x.csv")])

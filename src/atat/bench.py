@@ -16,6 +16,10 @@ directly — and prints the ratio with the goal of issue 16 beside it:
   fraction of the job spent outside optimiser steps.
 * ``autoattack/<attack>``: :func:`atat.robustness.evaluate_autoattack` vs ``pyautoattack``'s
   ``AutoAttack.run_standard_evaluation`` called directly with the same settings (goal ≥ 0.95).
+* ``autoattack_layout``: rule autoattack's two job layouts (``autoattack.job``) for one
+  model, each job a fresh process as Snakemake starts it: every ε in one process vs one
+  process per ε, in CPU seconds of the processes (no goal in issue 16; the ratio is what
+  ``per_model`` saves per model).
 * ``inversion/<attack>``: one PPA / IF-GMI / PPDG job at the demo's settings (random networks
   of the demo's shapes, so no trained artefact is needed; a few of the classes), seconds per
   final image; ``inversion/<attack>/<part>``: the share of that time spent in the generator,
@@ -54,8 +58,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 ROOT = Path(__file__).resolve().parents[2]
-COMPONENTS = ("train_step", "train_job", "autoattack", "inversion", "inversion_speedups",
-              "dry_run")
+COMPONENTS = ("train_step", "train_job", "autoattack", "autoattack_layout", "inversion",
+              "inversion_speedups", "dry_run")
 
 
 @dataclasses.dataclass
@@ -388,6 +392,99 @@ def bench_autoattack(cfg: Mapping[str, Any], *, n_examples: int | None = None,
                          note="project: one call, every attack from the clean inputs; "
                               "direct: one library call per attack"))
     return rows
+
+
+# ---------------------------------------------------------------------- AutoAttack job layout
+#: One AutoAttack job as a fresh process (what Snakemake starts): imports, the model file and
+#: its examples, then every epsilon given on the command line (rule autoattack's library call).
+_AUTOATTACK_JOB = """
+import json, sys, torch
+torch.set_num_threads(int(sys.argv[1]))
+from atat.robustness import evaluate_autoattack_model_file
+a = json.loads(sys.argv[2])
+evaluate_autoattack_model_file(model_path=a["model"], dataset_root=a["root"],
+    outputs={float(e): p for e, p in a["outputs"]}, settings=a["settings"],
+    resolution=a["resolution"])
+"""
+
+
+def _bench_model(cfg: Mapping[str, Any], cache: Path, root: Path) -> Path:
+    """A NoDef model of the demo's shapes, trained once (1 epoch) into ``cache``: AutoAttack's
+    cost does not depend on how well the model is trained."""
+    from atat.train import TrainSpec, train
+
+    out = cache / "autoattack-layout" / "model.pt"
+    if not out.exists():
+        ds = cfg["datasets"]["synthfaces"]
+        training = dict(cfg["training"], epochs=1, lr_milestones=[2], checkpoint_every=1)
+        spec = TrainSpec(model_id="bench/nodef/layout", dataset_root=str(root),
+                         resolution=int(ds["resolution"]), n_classes=int(ds["n_classes"]),
+                         architecture="resnet18", defense=defense_variant(cfg, "nodef"),
+                         training=training, augmentation=cfg["augmentation"], seed=0)
+        train(spec, out_model=out, out_metrics=out.with_name("metrics.json"),
+              resume_path=out.with_name("resume.pt"), progress=False)
+    return out
+
+
+def bench_autoattack_layout(cfg: Mapping[str, Any], cache: Path, *, threads: int = 1,
+                            n_examples: int | None = None, repeats: int = 3) -> list[Row]:
+    """Rule autoattack's two job layouts (config ``autoattack.job``) for one model, each job a
+    fresh Python process as Snakemake starts it: ``per_model`` (one process, every epsilon) vs
+    ``per_epsilon`` (one process per epsilon), in CPU seconds of the child processes (user +
+    system; the jobs are CPU-bound, and CPU time is what the demo's 2 cores are short of).
+    Ratio = per_epsilon CPU ÷ per_model CPU; the note gives the wall times."""
+    import json
+    import resource
+
+    ds = cfg["datasets"]["synthfaces"]
+    root = bench_dataset(cache, cfg)
+    model = _bench_model(cfg, cache, root)
+    settings = dict(cfg["autoattack"])
+    if n_examples:
+        settings["n_examples"] = int(n_examples)
+    epsilons = [float(e) for e in settings["epsilons"]]
+    work = Path(tempfile.mkdtemp(prefix="aa-layout-", dir=cache))
+    env = dict(os.environ, PYTHONPATH=str(ROOT / "src"), OMP_NUM_THREADS=str(threads))
+    counter = {"i": 0}
+
+    def job(eps: Sequence[float]) -> None:
+        counter["i"] += 1
+        arg = {"model": str(model), "root": str(root), "resolution": int(ds["resolution"]),
+               "settings": settings,
+               "outputs": [[e, str(work / str(counter["i"]) / f"eps{e:g}.json")] for e in eps]}
+        subprocess.run([sys.executable, "-c", _AUTOATTACK_JOB, str(threads), json.dumps(arg)],
+                       check=True, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    def cpu_of(fn: Callable[[], None]) -> tuple[float, float]:
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        t0 = time.perf_counter()
+        fn()
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        return (after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime,
+                time.perf_counter() - t0)
+
+    def per_model() -> None:
+        job(epsilons)
+
+    def per_epsilon() -> None:
+        for e in epsilons:
+            job([e])
+
+    cpu_m, cpu_e, wall_m, wall_e = [], [], [], []
+    for i in range(repeats):
+        order = (per_model, per_epsilon) if i % 2 == 0 else (per_epsilon, per_model)
+        for fn in order:
+            c, w = cpu_of(fn)
+            (cpu_m if fn is per_model else cpu_e).append(c)
+            (wall_m if fn is per_model else wall_e).append(w)
+    k = len(epsilons)
+    note = (f"CPU s per model: per_model {statistics.median(cpu_m):.1f}, per_epsilon "
+            f"{statistics.median(cpu_e):.1f} ({k} processes); wall s {statistics.median(wall_m):.1f}"
+            f" vs {statistics.median(wall_e):.1f}")
+    return [_summary("autoattack_layout", "per_model vs per_epsilon", cpu_m, cpu_e, per=1,
+                     goal="", ratio_def="per_epsilon CPU s ÷ per_model CPU s",
+                     unit=f"model: {k} eps x {settings['n_examples']} examples, fresh processes",
+                     note=note)]
 
 
 # --------------------------------------------------------------------------- inversion split
@@ -904,6 +1001,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if "autoattack" in only:
         rows += bench_autoattack(cfg, n_examples=8 if args.quick else None,
                                  repeats=max(1, args.repeats // 2 + 1) if not args.quick else 1)
+    if "autoattack_layout" in only:
+        rows += bench_autoattack_layout(cfg, cache, threads=args.threads,
+                                        n_examples=8 if args.quick else None,
+                                        repeats=1 if args.quick else max(1, args.repeats // 2 + 1))
     if "inversion" in only:
         rows += bench_inversion(cfg, cache, n_classes=1 if args.quick else args.inversion_classes,
                                 repeats=1 if args.quick else max(1, args.repeats // 2),
