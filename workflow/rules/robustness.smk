@@ -12,8 +12,10 @@ if config["autoattack"].get("job", "per_epsilon") == "per_model":
             model="results/models/{dataset}/{arch}/{defense}/seed{seed}/model.pt",
             dataset=lambda wc: dataset_dir(wc.dataset),
         output:
-            [f"results/robustness/{{dataset}}/{{arch}}/{{defense}}/seed{{seed}}/eps{e}.json"
-             for e in EPS],
+            [
+                f"results/robustness/{{dataset}}/{{arch}}/{{defense}}/seed{{seed}}/eps{e}.json"
+                for e in EPS
+            ],
         params:
             dataset_root=lambda wc: f"{dataset_dir(wc.dataset)}/private",
             resolution=lambda wc: dataset_resolution(wc.dataset),
