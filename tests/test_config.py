@@ -95,6 +95,8 @@ BAD = [
     ("milestone beyond training", ("training", "lr_milestones"), [5, 50],
      ["training.lr_milestones"]),
     ("unknown attack", ("autoattack", "attacks"), ["apgd-ce", "cw"], ["autoattack.attacks.1"]),
+    ("unknown AutoAttack job layout", ("autoattack", "job"), "per_eps",
+     ["autoattack.job", "per_eps"]),
     ("unknown inversion attack", ("inversion", "attacks"), ["ppa", "gmi"],
      ["inversion.attacks.1"]),
     ("undefined generator", ("datasets", "synthfaces", "generator"), "stylegan3",
