@@ -156,3 +156,12 @@ def test_report_categories_do_not_reuse_the_reports_own_link_names():
         found |= set(re.findall(r'\bcategory="([^"]+)"', smk.read_text()))
     assert found, "no report categories found"
     assert not {c.lower() for c in found} & {"workflow", "statistics"}, sorted(found)
+
+
+def test_rules_are_defined_at_top_level():
+    # the checks that read rules files as text (profiles, docs, GPU blocks) find `rule x:` at
+    # the start of a line; a rule inside an `if` would escape all of them (layout choices go
+    # into common.smk's variables instead, e.g. AUTOATTACK_OUTPUT)
+    for smk in sorted((ROOT / "workflow" / "rules").glob("*.smk")):
+        nested = re.findall(r"^[ \t]+((?:local)?rule \w+):", smk.read_text(), re.M)
+        assert not nested, (smk.name, nested)

@@ -75,6 +75,16 @@ except ConfigError as exc:
 RES = config["resources_dir"]
 RUNS = model_runs(config)
 EPS = {eps_tag(e): float(e) for e in config["autoattack"]["epsilons"]}
+# Rule autoattack's job layout (autoattack.job): one job per (model, epsilon), wildcard {eps},
+# or one job per model writing every epsilon's file. The files are the same either way.
+_AA_MODEL = "{dataset}/{arch}/{defense}/seed{seed}"
+AUTOATTACK_PER_MODEL = config["autoattack"].get("job", "per_epsilon") == "per_model"
+if AUTOATTACK_PER_MODEL:
+    AUTOATTACK_OUTPUT = [f"results/robustness/{_AA_MODEL}/eps{e}.json" for e in EPS]
+    AUTOATTACK_JOB_NAME = f"{_AA_MODEL}/all_eps"
+else:
+    AUTOATTACK_OUTPUT = f"results/robustness/{_AA_MODEL}/eps{{eps}}.json"
+    AUTOATTACK_JOB_NAME = f"{_AA_MODEL}/eps{{eps}}"
 INV_ATTACKS = inversion_attacks(config)
 SYNTH = [n for n, d in config["datasets"].items() if d["source"] == "synthfaces"]
 REAL = [n for n, d in config["datasets"].items() if d["source"] != "synthfaces"]
@@ -91,6 +101,11 @@ wildcard_constraints:
     defense=_alt(config["defenses"]),
     seed=r"\d+",
     eps=_alt(re.escape(e) for e in EPS),
+
+
+def autoattack_epsilons(wildcards):
+    """The epsilons (floats) of one autoattack job, in the order of its output files."""
+    return list(EPS.values()) if AUTOATTACK_PER_MODEL else [EPS[wildcards.eps]]
 
 
 def dataset_dir(dataset):
