@@ -100,7 +100,7 @@ def test_quick_autoattack_lines_per_attack_and_for_the_job(tmp_path, monkeypatch
 
 
 def test_quick_autoattack_layout_line_runs_both_layouts_to_the_same_records(tmp_path):
-    import json
+    from test_robustness import untimed
 
     out = tmp_path / "bench.csv"
     assert bench.main(["--quick", "--only", "autoattack_layout", "--repeats", "1", "--out",
@@ -117,11 +117,7 @@ def test_quick_autoattack_layout_line_runs_both_layouts_to_the_same_records(tmp_
     records: dict[str, list] = {}
     for d in jobs:
         for f in d.glob("*.json"):
-            rec = json.loads(f.read_text())
-            rec.pop("seconds")
-            for entry in rec["per_attack"].values():
-                entry.pop("seconds")
-            records.setdefault(f.name, []).append(rec)
+            records.setdefault(f.name, []).append(untimed(f))
     assert len(records) == len(eps)
     assert all(len(v) == 2 and v[0] == v[1] for v in records.values())
 

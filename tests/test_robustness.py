@@ -20,6 +20,16 @@ CHEAP = {"apgd": {"n_iter": 4, "n_restarts": 1},
          "square": {"n_queries": 30, "p_init": 0.8}}
 
 
+def untimed(record: dict | Path) -> dict:
+    """An AutoAttack record (dict, or the path of its JSON) without its wall-clock seconds
+    (overall and per attack): the values a rerun may change."""
+    r = json.loads(record.read_text() if isinstance(record, Path) else json.dumps(record))
+    r.pop("seconds")
+    for entry in r["per_attack"].values():
+        entry.pop("seconds")
+    return r
+
+
 @contextlib.contextmanager
 def one_thread():
     # on a shared 2-core machine torch's intra-op threads spin against each other: these
@@ -288,11 +298,8 @@ def test_deterministic_for_fixed_seed(cnn_run):
     assert again["library_checks"] == "every_attack"
 
     def strip(r):
-        r = json.loads(json.dumps(r))
-        r.pop("seconds")
+        r = untimed(r)
         r.pop("library_checks")
-        for v in r["per_attack"].values():
-            v.pop("seconds")
         return r
     assert strip(again) == strip(record)
 
@@ -569,13 +576,6 @@ def test_precision_benchmark_cli_on_a_trained_model(tmp_path, capsys):
         evaluate_autoattack_model_file(
             model_path=tmp_path / "m.pt", dataset_root=tmp_path / "ds" / "private",
             outputs={0.031: alone}, settings=aa, resolution=16)
-
-    def untimed(path):
-        rec = json.loads(path.read_text())
-        rec.pop("seconds")
-        for entry in rec["per_attack"].values():
-            entry.pop("seconds")
-        return rec
 
     assert untimed(per_model[1e-5]) == untimed(job_out)
     assert untimed(per_model[0.031]) == untimed(alone)
