@@ -362,7 +362,7 @@ MAGNITUDE_CASES = [
     ("early-stop accuracy above 1", ("defenses", "nodef_es", "training", "stop_at_val_acc"),
      1.5, ["defenses.nodef_es.training.stop_at_val_acc"]),
     ("MID bottleneck wider than the features", ("defenses", "mid", "bottleneck_dim"), 1024,
-     ["defenses.mid.bottleneck_dim", "512 features of resnet"]),  # resnet10 or resnet18
+     ["defenses.mid.bottleneck_dim", "424 features of densenet47"]),  # the narrowest planned
     ("TL-DMI freezing beyond the feature extractor", ("defenses", "tldmi", "freeze_layers"), 10,
      ["defenses.tldmi.freeze_layers", "only 10 children"]),
     ("crop scale range reversed", ("augmentation", "rrc_scale"), [0.9, 0.5],
@@ -614,7 +614,7 @@ def test_paper_roles_absent_is_the_identity_and_the_demo_maps_its_grid(demo):
     assert paper_roles(paper) == {k: {n: n for n in v} for k, v in PAPER_ROLE_NAMES.items()}
     roles = paper_roles(demo)
     assert roles["architectures"] == {"resnet152": "resnet18", "resnet18": "resnet10",
-                                      "densenet169": "densenet169"}
+                                      "densenet169": "densenet47"}
     assert roles["datasets"]["celeba"] == "synthfaces_b"
     # the Table 4 default follows the role: without the key the demo's is its ResNet-18
     del demo["tables"]

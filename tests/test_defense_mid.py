@@ -53,7 +53,9 @@ def test_bottleneck_is_half_the_feature_width(base):
 
 @pytest.mark.parametrize("architecture,feat_dim,k", [("resnet18", 512, 256),
                                                      ("resnet152", 2048, 1024),
-                                                     ("densenet169", 1664, 832)])
+                                                     ("densenet169", 1664, 832),
+                                                     ("resnet10", 512, 256),
+                                                     ("densenet47", 424, 212)])
 def test_default_bottleneck_is_half_the_feature_width_on_every_architecture(architecture,
                                                                              feat_dim, k):
     """Issue 13 item 8: k = feat_dim // 2 on every architecture (REPO), not only ResNet-152."""

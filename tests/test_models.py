@@ -44,6 +44,29 @@ def test_densenet169_loads_a_weight_file_as_torchvision_publishes_it(tmp_path, p
             assert torch.equal(got[k], v), k
 
 
+def test_densenet47_is_densenet169_with_shorter_blocks():
+    """Table 24 in the miniature: DenseNet-169's growth rate, width and bottleneck with its
+    blocks (6, 12, 32, 32) shortened to (2, 3, 8, 8); the same 15 feature children (TL-DMI's
+    freeze rule) and dense-block stages (BiDO, HSIC); no ImageNet weights."""
+    from atat.models import build_model
+
+    net, ref = build_model("densenet47", 5), build_model("densenet169", 5)
+    assert [n for n, _ in net.features.named_children()] \
+        == [n for n, _ in ref.features.named_children()]
+    assert [len(getattr(net.features, f"denseblock{i}")) for i in range(1, 5)] == [2, 3, 8, 8]
+    assert [len(getattr(ref.features, f"denseblock{i}")) for i in range(1, 5)] == [6, 12, 32, 32]
+    layer, ref_layer = net.features.denseblock1.denselayer1, ref.features.denseblock1.denselayer1
+    assert layer.conv1.weight.shape == ref_layer.conv1.weight.shape   # width 64, bottleneck 4
+    assert layer.conv2.weight.shape == ref_layer.conv2.weight.shape   # growth 32
+    convs = sum(isinstance(m, torch.nn.Conv2d) for m in net.modules())
+    assert convs + 1 == 47                                            # + the head
+    logits, hidden = net.forward_hidden(torch.randn(2, 3, 32, 32))
+    assert logits.shape == (2, 5) and [h.shape[1] for h in hidden] == [128, 160, 336, 424]
+    assert net.feature_dim == 424
+    with pytest.raises(ValueError, match="no ImageNet weights"):
+        build_model("densenet47", 5, weights_path="x.pth")
+
+
 def test_resnet10_is_the_shallow_from_scratch_resnet():
     """Issue 17's miniature grid: ResNet-10 = torchvision's ResNet with one BasicBlock per
     stage; the ResNet stages BiDO and HSIC read and the 512-d features of ResNet-18; no

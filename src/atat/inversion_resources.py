@@ -52,7 +52,11 @@ TARGET_GIB_224 = {"resnet152": 0.174, "densenet169": 0.147, "resnet18": 0.033,
                   # ratio of their forward activation counts at 224 px (5.22M / 7.48M); the
                   # same count over-predicts ResNet-152 (x 8.9 vs the measured 5.3), so this errs
                   # high
-                  "resnet10": 0.023}
+                  "resnet10": 0.023,
+                  # DenseNet-47 (demo only, not measured on a GPU): forward activation counts at
+                  # 224 px 10.87M vs DenseNet-169's 45.65M and ResNet-18's 7.48M give 0.035
+                  # (from DenseNet-169's figure) or 0.048 (from ResNet-18's); the higher one
+                  "densenet47": 0.048}
 #: weights of G and of the networks beside it (target, evaluation, face, D, VGG), GiB
 WEIGHTS_GIB = 0.6
 #: PPDG tuning per image at 256 px: synthesis S·r, VGG V·r² (GiB); fixed part (GiB)

@@ -103,7 +103,7 @@ DEFENSE_LABELS = DefenseLabels({"nodef": "NoDef", "atat": "AT-AT", "mid": "MID",
                   "unseen_pixels_gl": "Unseen-Pixels mask stage 1 (GL)",
                   "unseen_pixels_agl": "Unseen-Pixels mask stage 2 (AGL)"})
 ARCH_LABELS = {"resnet18": "ResNet-18", "resnet152": "ResNet-152", "densenet169": "DenseNet-169",
-               "resnet10": "ResNet-10"}
+               "resnet10": "ResNet-10", "densenet47": "DenseNet-47"}
 DATASET_LABELS = {"facescrub": "FaceScrub", "celeba": "CelebA", "stanford_dogs": "Stanford Dogs",
                   "synthfaces": "SynthFaces", "synthfaces_b": "SynthFaces-B"}
 ATTACK_NAMES = {"ppa": "PPA", "ifgmi": "IF-GMI", "ppdg": "PPDG"}

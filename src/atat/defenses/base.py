@@ -57,6 +57,7 @@ ARCHITECTURE_FACTS: dict[str, dict[str, int]] = {
     "resnet152": {"feature_dim": 2048, "feature_children": 10},
     "densenet169": {"feature_dim": 1664, "feature_children": 15},
     "resnet10": {"feature_dim": 512, "feature_children": 10},   # the demo's shallow ResNet
+    "densenet47": {"feature_dim": 424, "feature_children": 15},  # the demo's DenseNet
 }
 
 
