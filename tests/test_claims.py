@@ -79,7 +79,9 @@ def _write(tmp: Path, cells: dict, demo: dict, *, causal_gap: float = 0.5) -> di
                   "ci_low": [0.2, -np.inf, 0.5], "ci_high": [0.5, np.inf, 1.9]}
                  ).to_csv(tmp / "cost.csv", index=False)
     pd.DataFrame({"experiment": ["AT-AT", "permuted labels", "Unseen-Pixels"],
-                  "model": ["atat", "permuted", "unseen_pixels"], "check": ["a", "b", "c"],
+                  "model": [f"synthfaces/resnet18/{d}/seed0"
+                            for d in ("atat", "permuted", "unseen_pixels")],
+                  "check": ["a", "b", "c"],
                   "passed": [True, True, True]}).to_csv(tmp / "pre.csv", index=False)
     pd.DataFrame({"weight_adv": [0, 0.25, 0.5, 1.0], "ppa_attacc1": [0.6, 0.4, 0.2, 0.05],
                   "ppa_n_images": 100}).to_csv(tmp / "dose.csv", index=False)
@@ -135,6 +137,21 @@ def test_a_failed_precondition_makes_its_claims_not_testable(tmp_path, demo):
     assert t.loc["causal_atat", "verdict"] == "not testable"
     assert "failed: a" in t.loc["causal_atat", "basis"]
     assert t.loc["permuted_permuted", "verdict"] == "supported"    # another experiment
+
+
+def test_another_cells_failed_precondition_leaves_the_claims_testable(tmp_path, demo):
+    """The demo's DenseNet-47 AT-AT on SynthFaces-B failing its checks must not decide the
+    claims about the SynthFaces / ResNet-18 cell and its causal replicates."""
+    files = _write(tmp_path, HOLDS, demo)
+    pre = pd.read_csv(files["preconditions_csv"])
+    pre = pd.concat([pre, pd.DataFrame({"experiment": ["AT-AT"], "check": ["a"],
+                                        "model": ["synthfaces_b/densenet47/atat/seed0"],
+                                        "passed": [False]})])
+    pre.to_csv(files["preconditions_csv"], index=False)
+    t = claims_table(demo, **files).set_index("claim")
+    assert t.loc["causal_atat", "verdict"] != "not testable"
+    assert "precondition passed" in t.loc["causal_atat", "basis"]
+    assert all(t.loc[c, "verdict"] != "not testable" for c in t.index if c.startswith("atat_"))
 
 
 def test_verdict_rules():

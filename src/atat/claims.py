@@ -141,12 +141,18 @@ class Inputs:
               & (p["defense"] == defense) & (p["attack"] == attack)]
         return g.groupby("class")[metric].mean().to_numpy(float) if metric in g else np.array([])
 
-    def precondition(self, experiment: str) -> tuple[bool | None, str]:
-        """(all checks of ``experiment`` passed, the failed checks) -- None: not checked."""
+    def precondition(self, experiment: str, cell: tuple[str, str] | None = None
+                     ) -> tuple[bool | None, str]:
+        """(all checks of ``experiment`` passed, the failed checks) -- None: not checked.
+        ``cell`` = (dataset, architecture): only the checks of that cell's models (model
+        names ``<dataset>/<architecture>/...``), so a claim about one cell is not decided by
+        another cell's models (e.g. the demo's DenseNet-47 AT-AT for the ResNet-18 claims)."""
         pc = self.preconditions
         if pc is None or pc.empty:
             return None, "no preconditions table"
         rows = pc[pc["experiment"] == experiment]
+        if cell is not None:
+            rows = rows[rows["model"].astype(str).str.startswith(f"{cell[0]}/{cell[1]}/")]
         if rows.empty:
             return None, f"no {experiment} precondition rows"
         # rows without a threshold (passed empty) are informational, not checks
@@ -225,7 +231,7 @@ def _permuted_claim(inp: Inputs, nodef: str) -> list[Claim]:
     from atat.paper import permuted_defenses
 
     out = []
-    ok, why = inp.precondition("permuted labels")
+    ok, why = inp.precondition("permuted labels", (inp.dataset, inp.architecture))
     for d in permuted_defenses(inp.config):
         c = Claim(f"permuted_{d}", "§3 (2), Table 2",
                   "a model that rote-memorises permuted labels leaks less: larger PPA "
@@ -245,7 +251,7 @@ def _permuted_claim(inp: Inputs, nodef: str) -> list[Claim]:
 
 def _unseen_pixels_claim(inp: Inputs) -> list[Claim]:
     roles = section3_roles(inp.config)
-    ok, why = inp.precondition("Unseen-Pixels")
+    ok, why = inp.precondition("Unseen-Pixels", (inp.dataset, inp.architecture))
     out = []
     for d in roles["Unseen-Pixels"]:
         for base in roles["NoDef (early-stopped)"]:
@@ -374,7 +380,9 @@ def _causal_claim(inp: Inputs) -> list[Claim]:
               "84% -> 6.5%, odds 77x lower, z = 38")
     t = inp.causal
     row = None if t is None else t[(t["model"] == "beta") & (t["response"] == "ppa_attacc1")]
-    ok, why = inp.precondition("AT-AT")
+    causal = inp.config.get("causal") or {}
+    ok, why = inp.precondition("AT-AT", (causal.get("dataset", inp.dataset),
+                                         causal.get("architecture", inp.architecture)))
     if row is None or row.empty or row["status"].iloc[0] != "ok":
         c.basis = ("no causal experiment" if row is None or row.empty
                    else f"skipped: {row['reason'].iloc[0]}")
@@ -392,7 +400,7 @@ def _causal_claim(inp: Inputs) -> list[Claim]:
 def _atat_vs_baselines(inp: Inputs) -> list[Claim]:
     atat = "atat" if "atat" in inp.config["defenses"] else None
     out = []
-    ok, why = inp.precondition("AT-AT")
+    ok, why = inp.precondition("AT-AT", (inp.dataset, inp.architecture))
     for attack in inp.main["attack"].unique() if atat else []:
         c = Claim(f"atat_{attack}", "§6, Figure 4, Tables 23-28",
                   f"AT-AT has lower {attack.upper()} AttAcc@1 than each of the 7 baselines at no "
