@@ -28,7 +28,7 @@ def test_every_weight_the_configs_can_ask_for_is_listed():
         config = load_config(ROOT / "config" / "config.yaml", *overlay)
         for arch, spec in config["architectures"].items():
             if ARCHITECTURES[arch][1] is None:   # the demo's from-scratch nets (ResNet-10,
-                continue     # DenseNet-47): no ImageNet weights (pretrained: ConfigError, test_models)
+                continue     # DenseNet-47): no ImageNet weights (pretrained: a ConfigError)
             assert torchvision_weights_url(arch, spec.get("weights", "IMAGENET1K_V1"))
         ev = config["evaluation_model"]
         assert torchvision_weights_url(ev["architecture"], ev["weights"])

@@ -152,7 +152,8 @@ class Inputs:
             return None, "no preconditions table"
         rows = pc[pc["experiment"] == experiment]
         if cell is not None:
-            rows = rows[rows["model"].astype(str).str.startswith(f"{cell[0]}/{cell[1]}/")]
+            from atat.preconditions import cell_prefix
+            rows = rows[rows["model"].astype(str).str.startswith(cell_prefix(*cell))]
         if rows.empty:
             return None, f"no {experiment} precondition rows"
         # rows without a threshold (passed empty) are informational, not checks

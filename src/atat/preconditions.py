@@ -70,9 +70,15 @@ def thresholds(config: Mapping[str, Any]) -> dict[str, float]:
     return {k: float(section[k]) for k in THRESHOLD_KEYS}
 
 
+def cell_prefix(dataset: str, architecture: str) -> str:
+    """The start of the :func:`model_name` of every model of one (dataset, architecture)."""
+    return f"{dataset}/{architecture}/"
+
+
 def model_name(row: Mapping[str, Any]) -> str:
     """The model's path under results/models/ (``dataset/arch/defense/seedN``)."""
-    return f"{row['dataset']}/{row['architecture']}/{row['defense']}/seed{int(row['seed'])}"
+    return (cell_prefix(row["dataset"], row["architecture"])
+            + f"{row['defense']}/seed{int(row['seed'])}")
 
 
 def _missing(value: Any) -> bool:
