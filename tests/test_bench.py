@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from atat import bench
+from atat.config import defense_params
 from atat.defenses import ModelContext, StepContext, build_defense
 from atat.models import build_model
 
@@ -21,7 +22,7 @@ def test_bare_step_is_the_project_step(cfg, name):
     """The reference loop must do the same work as the defense's train_step, else the ratio
     compares different things: same RNG draws, same loss, same updated weights."""
     n_classes, res = 5, 16
-    variant = bench.defense_variant(cfg, name)
+    variant = defense_params(cfg, name)
     defense = build_defense(variant, n_classes, context=ModelContext("resnet18", res))
     torch.manual_seed(0)
     net_p = defense.build_model(build_model("resnet18", n_classes)).train()

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from atat.config import ConfigError, load_config, model_runs, training_params, validate_config
+from atat.config import (ConfigError, defense_params, load_config, model_runs, training_params,
+                         validate_config)
 
 ROOT = Path(__file__).resolve().parents[1]
 PAPER = ROOT / "config" / "config.yaml"
@@ -142,6 +143,21 @@ def test_overrides_apply_per_cell(demo):
     assert training_params(demo, "synthfaces", "resnet18", "nodef")["lr"] == 1e-3
 
 
+def test_defense_patch_applies_per_cell(demo):
+    """An override's `defense` patch changes the matched variant in the matched cells only (the
+    demo's NegLS schedule spans DenseNet-47's longer run); the recipe and the type stay."""
+    validate_config(demo)
+    dn = defense_params(demo, "negls", ("synthfaces", "densenet47"))
+    rn = defense_params(demo, "negls", ("synthfaces", "resnet18"))
+    assert dn["schedule_epochs"] == training_params(demo, "synthfaces", "densenet47",
+                                                   "negls")["epochs"] == 24
+    assert rn["schedule_epochs"] == training_params(demo, "synthfaces", "resnet18",
+                                                   "negls")["epochs"] == 10
+    assert dn["type"] == rn["type"] == "negls" and "training" not in dn
+    assert defense_params(demo, "negls") == rn  # no cell: the variant as defined
+    assert defense_params(demo, "mid", ("synthfaces", "densenet47")) == defense_params(demo, "mid")
+
+
 def test_snakemake_stops_before_any_job_on_a_bad_config(tmp_path):
     bad = tmp_path / "bad.yaml"
     bad.write_text("autoattack:\n  epsilons: [-0.1]\n")
@@ -231,6 +247,18 @@ NAME_CASES = [
      ["overrides[0].when.architecture", "resnet15"]),
     ("override defense", ("overrides",), [{"when": {"defense": "bido2"}, "training": {}}],
      ["overrides[0].when.defense", "bido2"]),
+    ("override defense patch without when.defense", ("overrides",),
+     [{"when": {"architecture": "resnet18"}, "defense": {"alpha": -0.1}}],
+     ["overrides[0].defense", "needs when.defense"]),
+    ("override defense patch unknown parameter", ("overrides",),
+     [{"when": {"defense": "negls"}, "defense": {"schedule_epoch": 24}}],
+     ["overrides[0].defense", "schedule_epoch", "negls"]),
+    ("override defense patch bad value", ("overrides",),
+     [{"when": {"defense": "negls"}, "defense": {"alpha": 2.0}}], ["overrides[0].defense.alpha"]),
+    ("override defense patch changes the type", ("overrides",),
+     [{"when": {"defense": "negls"}, "defense": {"type": "mid"}}], ["overrides[0].defense.type"]),
+    ("override with nothing to apply", ("overrides",), [{"when": {"defense": "negls"}}],
+     ["overrides.0"]),
     ("inversion override dataset", ("inversion", "overrides"),
      [{"when": {"dataset": "dogs"}, "set": {}}], ["inversion.overrides[0].when.dataset", "dogs"]),
     ("inversion override architecture", ("inversion", "overrides"),

@@ -57,6 +57,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from atat.config import defense_params
+
 ROOT = Path(__file__).resolve().parents[2]
 COMPONENTS = ("train_step", "train_job", "autoattack", "autoattack_layout", "inversion",
               "inversion_speedups", "dry_run")
@@ -124,10 +126,6 @@ def demo_config() -> dict[str, Any]:
     cfg = load_config(ROOT / "config" / "config.yaml", ROOT / "config" / "demo.yaml")
     validate_config(cfg)
     return cfg
-
-
-def defense_variant(cfg: Mapping[str, Any], name: str) -> dict[str, Any]:
-    return {k: v for k, v in cfg["defenses"][name].items() if k != "training"}
 
 
 # --------------------------------------------------------------------------- bare loops
@@ -199,7 +197,7 @@ def bench_train_steps(cfg: Mapping[str, Any], *, defenses: Sequence[str] = ("nod
     y = torch.randint(0, n_classes, (bs,), generator=g)
     rows, per_step = [], {}
     for name in defenses:
-        variant = defense_variant(cfg, name)
+        variant = defense_params(cfg, name)
         defense = build_defense(variant, n_classes, context=ModelContext("resnet18", res))
         torch.manual_seed(0)
         net_p = defense.build_model(build_model("resnet18", n_classes))
@@ -231,7 +229,7 @@ def bench_train_steps(cfg: Mapping[str, Any], *, defenses: Sequence[str] = ("nod
                              unit=f"step, batch {bs}, {res}px, resnet18"))
     if "nodef" in per_step and "atat" in per_step:
         (p_no, r_no), (p_at, r_at) = per_step["nodef"], per_step["atat"]
-        iters = defense_variant(cfg, "atat").get("iterations", 5)
+        iters = defense_params(cfg, "atat").get("iterations", 5)
         bare_ratio = statistics.median(r_at) / statistics.median(r_no)
         rows.append(_summary("step_cost", "atat_vs_nodef", p_at, p_no, per=steps, goal="<= 4.6",
                              ratio_def="project AT-AT step ÷ project NoDef step",
@@ -275,7 +273,7 @@ def bench_train_job(cfg: Mapping[str, Any], cache: Path, *, epochs: int | None =
     if epochs is not None:
         training.update(epochs=epochs, lr_milestones=[epochs + 1], checkpoint_every=1)
     epochs = int(training["epochs"])
-    variant = defense_variant(cfg, "nodef")
+    variant = defense_params(cfg, "nodef")
     work = Path(tempfile.mkdtemp(prefix="job-", dir=cache))
     counter = {"i": 0}
 
@@ -419,7 +417,7 @@ def _bench_model(cfg: Mapping[str, Any], cache: Path, root: Path) -> Path:
         training = dict(cfg["training"], epochs=1, lr_milestones=[2], checkpoint_every=1)
         spec = TrainSpec(model_id="bench/nodef/layout", dataset_root=str(root),
                          resolution=int(ds["resolution"]), n_classes=int(ds["n_classes"]),
-                         architecture="resnet18", defense=defense_variant(cfg, "nodef"),
+                         architecture="resnet18", defense=defense_params(cfg, "nodef"),
                          training=training, augmentation=cfg["augmentation"], seed=0)
         train(spec, out_model=out, out_metrics=out.with_name("metrics.json"),
               resume_path=out.with_name("resume.pt"), progress=False)
@@ -635,7 +633,7 @@ def inversion_networks(cfg: Mapping[str, Any], seed: int = 0) -> dict[str, nn.Mo
     torch.manual_seed(seed)
     prior = train_small_generator(None, resolution=res, steps=0,
                                   images=torch.zeros(bs, 3, res, res), **settings)
-    variant = defense_variant(cfg, "nodef")
+    variant = defense_params(cfg, "nodef")
     defense = build_defense(variant, n_classes, context=ModelContext("resnet18", res))
     target = TargetLogits(defense.build_model(build_model("resnet18", n_classes)), defense).eval()
     ev = cfg["evaluation_model"]

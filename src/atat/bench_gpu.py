@@ -47,6 +47,7 @@ from typing import Any, Callable, Iterator, Mapping, Sequence
 import torch
 from torch import Tensor, nn
 
+from atat.config import defense_params
 from atat.inversion.stylegan2 import OFFICIAL_PRIOR_KWARGS
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -187,7 +188,7 @@ def bench_training(cfg: Mapping[str, Any], shapes: Shapes, device: torch.device,
     t = cfg["training"]
     lines: list[Line] = []
     for name in ("nodef", "atat"):
-        variant = {k: v for k, v in cfg["defenses"][name].items() if k != "training"}
+        variant = defense_params(cfg, name)
         base_rate = base_loss = None
         for kind in variants:
             defense = build_defense(variant, shapes.n_classes,
@@ -318,7 +319,7 @@ def bench_ppa(cfg: Mapping[str, Any], shapes: Shapes, device: torch.device, *, s
     torch.manual_seed(0)
     G = Generator(img_resolution=shapes.gen_resolution, **shapes.generator_kwargs)
     G = G.to(device).eval().requires_grad_(False)
-    variant = {k: v for k, v in cfg["defenses"]["nodef"].items() if k != "training"}
+    variant = defense_params(cfg, "nodef")
     defense = build_defense(variant, shapes.n_classes,
                             context=ModelContext(shapes.architecture, shapes.resolution))
     target = TargetLogits(defense.build_model(build_model(shapes.architecture, shapes.n_classes)),

@@ -147,6 +147,8 @@ def _check_semantics(config: Mapping[str, Any]) -> None:
             if value is not None and value not in pool:
                 raise ConfigError(f"invalid configuration: overrides[{i}].when.{key}: '{value}' "
                                   f"is not defined")
+        if "defense" in rule:
+            _check_defense_patch(config, i, rule)
     causal = config.get("causal")
     if causal:
         for key, pool in (("dataset", datasets), ("architecture", config["architectures"]),
@@ -232,6 +234,27 @@ def check_autoattack_settings(settings: Mapping[str, Any] | None,
         raise ValueError("settings are only allowed with version='custom' "
                          "(version 'standard' uses AutoAttack's fixed hyper-parameters)")
     return out
+
+
+def _check_defense_patch(config: Mapping[str, Any], i: int, rule: Mapping[str, Any]) -> None:
+    """An override's ``defense`` patch: parameters of the one variant its ``when`` names, valid
+    for that variant's type once merged (its type and recipe stay the variant's)."""
+    from atat.defenses import DefenseConfigError, defense_class  # torch: see _check_semantics
+
+    where = f"overrides[{i}].defense"
+    name = rule["when"].get("defense")
+    if name is None:
+        raise ConfigError(f"invalid configuration: {where}: needs when.defense (defense "
+                          "parameters belong to one variant)")
+    for key in ("type", "training"):
+        if key in rule["defense"]:
+            raise ConfigError(f"invalid configuration: {where}.{key}: an override cannot change a "
+                              f"variant's {key} (define another variant under 'defenses')")
+    variant = {**config["defenses"][name], **rule["defense"]}
+    try:
+        defense_class(variant["type"], where).resolve_params(variant, where)
+    except DefenseConfigError as exc:
+        raise ConfigError(f"invalid configuration: {exc}") from None
 
 
 def _check_auxiliary_milestones(config: Mapping[str, Any]) -> None:
@@ -407,7 +430,7 @@ def _training_sections(config: Mapping[str, Any]) -> list[tuple[str, Mapping[str
     out += [(f"defenses.{n}.training", v["training"]) for n, v in config["defenses"].items()
             if "training" in v]
     out += [(f"overrides[{i}].training", r["training"])
-            for i, r in enumerate(config.get("overrides", []))]
+            for i, r in enumerate(config.get("overrides", [])) if "training" in r]
     return out
 
 
@@ -820,15 +843,33 @@ def dose_response_runs(config: Mapping[str, Any], planned: Iterable[ModelRun] = 
     return runs
 
 
+def _matching_overrides(config: Mapping[str, Any], dataset: str, architecture: str,
+                        defense: str) -> list[Mapping[str, Any]]:
+    """The ``overrides`` entries whose ``when`` matches the cell, in order."""
+    cell = {"dataset": dataset, "architecture": architecture, "defense": defense}
+    return [rule for rule in config.get("overrides", [])
+            if all(cell[k] == v for k, v in rule["when"].items())]
+
+
 def training_params(config: Mapping[str, Any], dataset: str, architecture: str,
                     defense: str) -> dict[str, Any]:
     """Recipe of one cell: base recipe ← defense-level overrides ← per-cell overrides."""
     params = dict(config["training"])
     params.update(config["defenses"][defense].get("training", {}))
-    cell = {"dataset": dataset, "architecture": architecture, "defense": defense}
-    for rule in config.get("overrides", []):
-        if all(cell[k] == v for k, v in rule["when"].items()):
-            params.update(rule["training"])
+    for rule in _matching_overrides(config, dataset, architecture, defense):
+        params.update(rule.get("training", {}))
+    return params
+
+
+def defense_params(config: Mapping[str, Any], defense: str,
+                   cell: tuple[str, str] | None = None) -> dict[str, Any]:
+    """Parameters of defense variant ``defense`` (its ``training`` recipe left out), updated
+    key by key by the ``defense`` patch of every ``overrides`` entry matching ``cell`` =
+    (dataset, architecture), in order; ``cell=None``: the variant as defined."""
+    params = {k: v for k, v in config["defenses"][defense].items() if k != "training"}
+    if cell is not None:
+        for rule in _matching_overrides(config, cell[0], cell[1], defense):
+            params.update(rule.get("defense", {}))
     return params
 
 

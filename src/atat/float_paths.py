@@ -68,7 +68,8 @@ def train_once(work: Path, *, seed: int, epochs: int | None, cache: Path) -> dic
     import torch
 
     from atat import io
-    from atat.bench import bench_dataset, defense_variant, demo_config
+    from atat.bench import bench_dataset, demo_config
+    from atat.config import defense_params
     from atat.train import TrainSpec, train
 
     cfg = demo_config()
@@ -79,7 +80,7 @@ def train_once(work: Path, *, seed: int, epochs: int | None, cache: Path) -> dic
         training.update(epochs=epochs, lr_milestones=[epochs + 1])
     spec = TrainSpec(model_id=f"float_paths/seed{seed}", dataset_root=str(root),
                      resolution=int(ds["resolution"]), n_classes=int(ds["n_classes"]),
-                     architecture="resnet18", defense=defense_variant(cfg, "nodef"),
+                     architecture="resnet18", defense=defense_params(cfg, "nodef"),
                      training=training, augmentation=cfg["augmentation"], seed=seed)
     start = time.process_time()
     train(spec, out_model=work / "model.pt", out_metrics=work / "metrics.json",

@@ -12,6 +12,7 @@ sys.path.insert(0, str(Path(workflow.basedir) / "src"))
 
 from atat.config import (  # noqa: E402
     ConfigError,
+    defense_params,
     eps_tag,
     model_runs,
     training_params,
@@ -183,7 +184,7 @@ def train_spec(wildcards):
 
 
 def defense_variant(wildcards):
-    variant = {k: v for k, v in config["defenses"][wildcards.defense].items() if k != "training"}
+    variant = defense_params(config, wildcards.defense, (wildcards.dataset, wildcards.arch))
     if prior_model(wildcards):
         variant["prior_model"] = prior_model(wildcards)
     return variant
