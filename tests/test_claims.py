@@ -154,6 +154,47 @@ def test_another_cells_failed_precondition_leaves_the_claims_testable(tmp_path, 
     assert all(t.loc[c, "verdict"] != "not testable" for c in t.index if c.startswith("atat_"))
 
 
+def _add_cell(files: dict, demo: dict, dataset: str, architecture: str, cells: dict) -> None:
+    """Append a second grid cell's models (rate, test acc.) to the simulated outputs."""
+    per_image, summary = pd.read_csv(files["per_image_csv"]), pd.read_csv(files["summary_csv"])
+    rows, models = [], []
+    for d, (rate, acc) in cells.items():
+        for attack in ("ppa", "ifgmi"):
+            for i in range(100):
+                rows.append({"dataset": dataset, "architecture": architecture, "defense": d,
+                             "seed": 0, "attack": attack, "class": i // 5,
+                             "correct_top1": int(i < rate * 100),
+                             "correct_top5": int(i < rate * 100), "dist_face": 0.5})
+        models.append({"dataset": dataset, "architecture": architecture, "defense": d,
+                       "defense_type": demo["defenses"][d]["type"], "seed": 0, "test_acc": acc,
+                       "treatment": np.nan, "ppa_attacc1": rate, "ppa_n_images": 100})
+    pd.concat([per_image, pd.DataFrame(rows)]).to_csv(files["per_image_csv"], index=False)
+    pd.concat([summary, pd.DataFrame(models)]).to_csv(files["summary_csv"], index=False)
+
+
+def test_every_cell_with_atat_gets_its_own_section6_claims(tmp_path, demo):
+    """§6 holds "across all ... data, and attacks" (Tables 23-28): AT-AT against the
+    baselines of each cell where it was attacked, judged on that cell's rows and checks; the
+    claims cell's rows keep their names."""
+    files = _write(tmp_path, HOLDS, demo)
+    _add_cell(files, demo, "synthfaces_b", "densenet47",   # MID: more private, as accurate
+              {"nodef": (0.6, 0.7), "mid": (0.1, 0.75), "bido": (0.5, 0.7), "atat": (0.4, 0.7)})
+    t = claims_table(demo, **files).set_index("claim")
+    assert t.loc["atat_ppa", "verdict"] == "supported"     # the claims cell, as before
+    other = t.loc["atat_ppa_synthfaces_b_densenet47"]
+    assert other["verdict"] == "contradicted" and "MID" in other["run"]
+    assert "of 2 baselines" in other["run"] and "synthfaces_b / densenet47" in other["statement"]
+    assert t.loc["atat_ifgmi_synthfaces_b_densenet47", "verdict"] == "contradicted"
+    pre = pd.read_csv(files["preconditions_csv"])
+    pre = pd.concat([pre, pd.DataFrame({"experiment": ["AT-AT"], "check": ["a"],
+                                        "model": ["synthfaces_b/densenet47/atat/seed0"],
+                                        "passed": [False]})])
+    pre.to_csv(files["preconditions_csv"], index=False)
+    t = claims_table(demo, **files).set_index("claim")
+    assert t.loc["atat_ppa_synthfaces_b_densenet47", "verdict"] == "not testable"
+    assert t.loc["atat_ppa", "verdict"] == "supported"
+
+
 def test_verdict_rules():
     assert directional(0.3, 0.1, 0.5, +1) == "supported"
     assert directional(0.3, -0.1, 0.5, +1) == "consistent"
