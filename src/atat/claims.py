@@ -429,8 +429,9 @@ def _atat_vs_baselines_in(inp: Inputs, suffix: str) -> list[Claim]:
                      "attack"] if suffix else m["attack"]).unique()
     for attack in attacks:
         c = Claim(f"atat_{attack}{suffix}", "§6, Figure 4, Tables 23-28",
-                  f"AT-AT has lower {attack.upper()} AttAcc@1 than each of the 7 baselines at no "
-                  f"lower test accuracy (none dominates it){where}",
+                  f"AT-AT has lower {attack.upper()} AttAcc@1 than each of the 7 baselines"
+                  f"{' trained' if suffix else ''} at no lower test accuracy (none dominates "
+                  f"it){where}",
                   "superior privacy at higher accuracy")
         me = inp.cell(atat, attack)
         if me is None:
