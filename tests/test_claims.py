@@ -139,15 +139,19 @@ def test_a_failed_precondition_makes_its_claims_not_testable(tmp_path, demo):
     assert t.loc["permuted_permuted", "verdict"] == "supported"    # another experiment
 
 
+def _fail_atat_check(files: dict, model: str) -> None:
+    """Add a failed AT-AT precondition check of ``model`` to the simulated outputs."""
+    pre = pd.read_csv(files["preconditions_csv"])
+    pre = pd.concat([pre, pd.DataFrame({"experiment": ["AT-AT"], "check": ["a"],
+                                        "model": [model], "passed": [False]})])
+    pre.to_csv(files["preconditions_csv"], index=False)
+
+
 def test_another_cells_failed_precondition_leaves_the_claims_testable(tmp_path, demo):
     """The demo's DenseNet-47 AT-AT on SynthFaces-B failing its checks must not decide the
     claims about the SynthFaces / ResNet-18 cell and its causal replicates."""
     files = _write(tmp_path, HOLDS, demo)
-    pre = pd.read_csv(files["preconditions_csv"])
-    pre = pd.concat([pre, pd.DataFrame({"experiment": ["AT-AT"], "check": ["a"],
-                                        "model": ["synthfaces_b/densenet47/atat/seed0"],
-                                        "passed": [False]})])
-    pre.to_csv(files["preconditions_csv"], index=False)
+    _fail_atat_check(files, "synthfaces_b/densenet47/atat/seed0")
     t = claims_table(demo, **files).set_index("claim")
     assert t.loc["causal_atat", "verdict"] != "not testable"
     assert "precondition passed" in t.loc["causal_atat", "basis"]
@@ -185,11 +189,7 @@ def test_every_cell_with_atat_gets_its_own_section6_claims(tmp_path, demo):
     assert other["verdict"] == "contradicted" and "MID" in other["run"]
     assert "of 2 baselines" in other["run"] and "synthfaces_b / densenet47" in other["statement"]
     assert t.loc["atat_ifgmi_synthfaces_b_densenet47", "verdict"] == "contradicted"
-    pre = pd.read_csv(files["preconditions_csv"])
-    pre = pd.concat([pre, pd.DataFrame({"experiment": ["AT-AT"], "check": ["a"],
-                                        "model": ["synthfaces_b/densenet47/atat/seed0"],
-                                        "passed": [False]})])
-    pre.to_csv(files["preconditions_csv"], index=False)
+    _fail_atat_check(files, "synthfaces_b/densenet47/atat/seed0")
     t = claims_table(demo, **files).set_index("claim")
     assert t.loc["atat_ppa_synthfaces_b_densenet47", "verdict"] == "not testable"
     assert t.loc["atat_ppa", "verdict"] == "supported"
