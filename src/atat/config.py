@@ -109,17 +109,6 @@ def _check_semantics(config: Mapping[str, Any]) -> None:
                 variant, f"defenses.{name}")
         except DefenseConfigError as exc:
             raise ConfigError(f"invalid configuration: {exc}") from None
-    planned = {(r.architecture, r.defense) for r in model_runs(config)}
-    for arch, name in sorted(planned):
-        if name not in config["defenses"] or arch not in config["architectures"]:
-            continue  # named in the grid but undefined: reported below
-        variant = config["defenses"][name]
-        cls = defense_class(variant["type"], f"defenses.{name}")
-        try:
-            cls.check_architecture(cls.resolve_params(variant, f"defenses.{name}"), arch,
-                                   f"defenses.{name}")
-        except DefenseConfigError as exc:
-            raise ConfigError(f"invalid configuration: {exc} (planned on {arch})") from None
     for name, variant in config["defenses"].items():
         prior = variant.get("prior")
         if prior is not None and config["defenses"].get(prior, {}).get("type") != variant["type"]:
@@ -149,6 +138,20 @@ def _check_semantics(config: Mapping[str, Any]) -> None:
                                   f"is not defined")
         if "defense" in rule:
             _check_defense_patch(config, i, rule)
+    planned = {(r.dataset, r.architecture, r.defense) for r in model_runs(config)}
+    for ds, arch, name in sorted(planned):
+        if name not in config["defenses"] or arch not in config["architectures"]:
+            continue  # named in the grid but undefined: reported above
+        variant = defense_params(config, name, (ds, arch))   # as that cell trains it
+        patched = variant != defense_params(config, name)
+        cls = defense_class(variant["type"], f"defenses.{name}")
+        try:
+            cls.check_architecture(cls.resolve_params(variant, f"defenses.{name}"), arch,
+                                   f"defenses.{name}")
+        except DefenseConfigError as exc:
+            raise ConfigError(f"invalid configuration: {exc} (planned on {arch}"
+                              + (f", as patched by overrides for {ds} / {arch}" if patched
+                                 else "") + ")") from None
     causal = config.get("causal")
     if causal:
         for key, pool in (("dataset", datasets), ("architecture", config["architectures"]),
