@@ -110,6 +110,20 @@ def test_figure4_names_the_attack_and_says_which_way_is_private(tmp_path, saved)
     assert {ax.get_title() for ax in saved[0].axes} == {"SynthFaces / ResNet-18"}
 
 
+def test_figure4_says_which_attack_did_not_run_on_a_cell_instead_of_empty_axes():
+    """The demo attacks SynthFaces-B with PPA and IF-GMI only: its PPDG panel is a note, not an
+    empty frame with a meaningless axis range."""
+    df = crowded_summary()
+    other = df.assign(dataset="synthfaces_b", ppdg_attacc1=np.nan)
+    df = pd.concat([df.assign(ppdg_attacc1=0.3), other], ignore_index=True)
+    fig, n = figures._accuracy_vs_privacy_figure(df, attacks=["ppa", "ppdg"],
+                                                 metrics=["attacc1"], architecture="resnet18")
+    assert n == 3
+    notes = [t.get_text() for ax in fig.axes for t in ax.texts if "not run" in t.get_text()]
+    assert notes == ["PPDG not run on\nSynthFaces-B / ResNet-18"]
+    assert sum(ax.axison for ax in fig.axes) == 3
+
+
 def test_place_labels_spreads_labels_of_coincident_points():
     import matplotlib.pyplot as plt
 

@@ -316,6 +316,12 @@ def _accuracy_vs_privacy_figure(summary: pd.DataFrame, *, attacks: Sequence[str]
             part = df[df["dataset"] == dataset].groupby(["defense", "defense_type"],
                                                           as_index=False)[["test_acc", col]].mean()
             part = part.dropna(subset=["test_acc", col])
+            if part.empty:              # the attack did not run on this cell (a budget choice)
+                ax.axis("off")
+                ax.text(0.5, 0.5, f"{label(ATTACK_NAMES, attack)} not run on\n"
+                        f"{cell_title(dataset, architecture)}", ha="center", va="center",
+                        fontsize=9, color="0.4", transform=ax.transAxes)
+                continue
             part = part.assign(is_atat=part["defense_type"] == "atat",
                                name=[label(DEFENSE_LABELS, d) for d in part["defense"]])
             part = part.sort_values(["is_atat", "name"], ascending=[False, True])
