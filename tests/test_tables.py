@@ -353,6 +353,19 @@ def test_figure2_observed_vs_predicted(tmp_path):
     assert info_b["n"] == 18
 
 
+def test_figure2_title_names_the_regression_in_words():
+    """The title names the paper's table, sample and regressors, not the spec's internal id
+    (a reader of Figure 2 cannot look up ``T15_ppa_generic_joint_ols``)."""
+    from atat.figures import _spec_title
+
+    specs = {s["name"]: s for s in load_specs(ROOT / "config" / "regressions.yaml")}
+    assert _spec_title(specs["T15_ppa_generic_joint_ols"]) == (
+        "Table 15, generic defenses\nOLS on test acc. + robust acc. at ε 0.0025, 0.0005, 1e-05")
+    assert _spec_title(specs["T17_ppa_generic_acc_x_dataset_testacc_beta"]) == (
+        "Table 17, generic defenses\nBETA on test acc.; controls acc × dataset")
+    assert _spec_title({"name": "my_spec", "family": "ols", "regressors": ["x"]}) == "my_spec"
+
+
 def test_figure4_highlights_atat(tmp_path):
     out = tmp_path / "f4.png"
     n = accuracy_vs_privacy(simulated_summary(), out, metrics=["attacc1", "dist_face"])

@@ -14,7 +14,7 @@ import math
 import re
 import textwrap
 from pathlib import Path
-from typing import Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 import matplotlib
 
@@ -206,6 +206,28 @@ def robust_accuracy_vs_epsilon(summary_csv: str | Path, out_png: str | Path, *,
     _save(fig, out_png, layout=False)
 
 
+def _spec_title(spec: Mapping[str, Any]) -> str:
+    """A regression spec in a reader's words, on two lines, e.g. ``Table 15, generic defenses``
+    / ``OLS on test acc. + robust acc. at ε 0.0025, 0.0005, 1e-05`` (the spec's id, which names
+    no table to a reader, only where the spec carries no table)."""
+    table = str(spec.get("table", ""))
+    if not table.startswith("T"):
+        return str(spec["name"])
+    terms, eps = [], []
+    for r in spec.get("regressors", []):
+        if r.startswith("robust_acc_eps"):
+            eps.append(r.removeprefix("robust_acc_eps"))
+        elif r not in terms:
+            terms.append("test acc." if r == spec.get("accuracy_column", "test_acc") else r)
+    if eps:
+        terms.append(f"robust acc. at ε {', '.join(eps)}")
+    sample = spec.get("sample_name")
+    head = f"Table {table[1:]}" + (f", {sample} defenses" if sample else "")
+    controls = str(spec.get("controls", "none"))
+    tail = "" if controls == "none" else f"; controls {controls.replace('_x_', ' × ')}"
+    return f"{head}\n{spec['family'].upper()} on {' + '.join(terms)}{tail}"
+
+
 def observed_vs_predicted(summary: pd.DataFrame, spec: dict, out_png: str | Path) -> dict:
     """Figure 2: observed leakage against the leakage predicted by one regression spec
     (normally Table 5's joint OLS, T15_ppa_generic_joint_ols), one point per model, one
@@ -260,7 +282,7 @@ def observed_vs_predicted(summary: pd.DataFrame, spec: dict, out_png: str | Path
     response = metric_label(fit["spec"]["response"])
     ax.set_xlabel(f"predicted {response} ({fit['spec']['family'].upper()} fit)", fontsize=9)
     ax.set_ylabel(f"observed {response}", fontsize=9)
-    ax.set_title(f"{fit['spec']['name']}\nR² = {r2:.3f}   MAE = {st['mae']:.3f}   "
+    ax.set_title(f"{_spec_title(fit['spec'])}\nR² = {r2:.3f}   MAE = {st['mae']:.3f}   "
                  f"n = {st['n']}", fontsize=9)
     ax.tick_params(labelsize=MIN_FONT_PT)
     ax.set_aspect("equal", adjustable="box")
