@@ -188,6 +188,8 @@ def test_every_cell_with_atat_gets_its_own_section6_claims(tmp_path, demo):
     other = t.loc["atat_ppa_synthfaces_b_densenet47"]
     assert other["verdict"] == "contradicted" and "MID" in other["run"]
     assert "of 2 baselines" in other["run"] and "synthfaces_b / densenet47" in other["statement"]
+    # the statement counts the baselines the cell trained, not the paper's 7
+    assert "each of the 2 baselines trained in the cell (of the paper's 7)" in other["statement"]
     assert t.loc["atat_ifgmi_synthfaces_b_densenet47", "verdict"] == "contradicted"
     _fail_atat_check(files, "synthfaces_b/densenet47/atat/seed0")
     t = claims_table(demo, **files).set_index("claim")
