@@ -217,7 +217,7 @@ def _spec_title(spec: Mapping[str, Any]) -> str:
     for r in spec.get("regressors", []):
         if r.startswith("robust_acc_eps"):
             eps.append(r.removeprefix("robust_acc_eps"))
-        elif r not in terms:
+        else:
             terms.append("test acc." if r == spec.get("accuracy_column", "test_acc") else r)
     if eps:
         terms.append(f"robust acc. at ε {', '.join(eps)}")
