@@ -206,3 +206,31 @@ def test_render_face_draws_exactly_the_recorded_images():
     assert seen["face_shape"] == set(sf.FACE_SHAPES) and seen["nose_shape"] == set(sf.NOSE_SHAPES)
     assert seen["eye_shape"] == set(sf.EYE_SHAPES) and seen["brow_shape"] == set(sf.BROW_SHAPES)
     assert accessories == {"hat", "glasses", "earrings"}
+
+
+def test_the_dogs_domain_writes_breeds_in_the_same_layout(tmp_path, gen):
+    """domain="dogs" (Table 26's population): the same on-disk format and split, the pools'
+    classes from atat.data.synthdogs, its meta saying so; faces' files unchanged by the key."""
+    from atat.data import synthdogs
+
+    base, _ = gen
+    info = sf.generate_synthfaces(tmp_path / "d", seed=0, domain="dogs", **SMALL)
+    priv, pm = read_dataset(tmp_path / "d" / "private")
+    _, qm = read_dataset(tmp_path / "d" / "public")
+    assert pm["class_names"] == ["priv_0000", "priv_0001", "priv_0002"] and len(priv) == 15
+    assert qm["class_names"] == ["pub_0000", "pub_0001", "pub_0002"]
+    assert pm["name"] == "synthfaces-dogs_private" and "domain dogs" in pm["source"]
+    assert pm["generator"]["domain"] == "dogs" and info["private"] == pm
+    assert "domain" not in read_dataset(base / "a" / "private")[1]["generator"]  # faces: as before
+    breeds = json.loads((tmp_path / "d" / "private" / "identities.json").read_text())
+    assert breeds == json.loads(json.dumps(synthdogs.make_breeds(3, "private", seed=0)))
+    with Image.open(tmp_path / "d" / "private" / priv["path"][0]) as im:
+        expected = synthdogs.render_breed_image(breeds[0], 0, seed=0, resolution=32,
+                                                nuisance=sf.DEFAULTS["nuisance"])
+        assert np.array_equal(np.asarray(im), np.asarray(expected))
+    # the faces of the same seed are other images
+    with Image.open(base / "a" / "private" / priv["path"][0]) as face:
+        assert not np.array_equal(np.asarray(face), np.asarray(expected))
+    with pytest.raises(ValueError, match="unknown synthetic domain 'cats'"):
+        sf.generate_synthfaces(tmp_path / "e", domain="cats", **SMALL)
+    assert not (tmp_path / "e").exists()

@@ -211,7 +211,8 @@ def test_translate_maps_paper_names_and_keeps_the_unmapped():
 def test_demo_roles_select_table9_and_the_main_tables():
     """The demo's paper_roles: Table 9 = SynthFaces ResNet-10/ResNet-18 (the paper's
     FaceScrub ResNet-18/ResNet-152); Table 1 is its real cell (no analogue note); Tables 23,
-    24 (DenseNet-169's role: DenseNet-47), 25, 27, 28 are targets, 26 (Stanford Dogs) is not."""
+    24 (DenseNet-169's role: DenseNet-47), 25, 26 (Stanford Dogs' role: the dog breeds on
+    ResNet-18 / ResNet-10), 27, 28 are targets."""
     plan = _plan("config.yaml+demo.yaml")
     t9, _ = paper.hsic_table_runs(plan, "table9")
     assert {(r.dataset, r.architecture) for r in t9} == {("synthfaces", "resnet10"),
@@ -221,7 +222,8 @@ def test_demo_roles_select_table9_and_the_main_tables():
     assert note is None and {(r.dataset, r.architecture) for r in t1} == {
         ("synthfaces", "resnet18")}
     targets = set(paper.final_targets(plan))
-    for t in ("table9", "table23", "table24", "table25", "table27", "table28"):
+    for t in ("table9", "table23", "table24", "table25", "table26", "table27", "table28"):
         assert f"results/tables/{t}.csv" in targets
-    assert "results/tables/table26.csv" not in targets
+    assert paper.translate(plan.config, "datasets", ["stanford_dogs"]) == ["synthdogs"]
+    assert "results/tables/table20.csv" in targets and "results/tables/table6.csv" not in targets
     assert paper.translate(plan.config, "architectures", ["densenet169"]) == ["densenet47"]

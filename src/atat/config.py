@@ -99,6 +99,11 @@ def _check_semantics(config: Mapping[str, Any]) -> None:
             if ds.get("n_classes", n) != n:
                 raise ConfigError(f"datasets.{name}.n_classes: {ds['n_classes']} differs from "
                                   f"synthetic.n_private_identities = {n}")
+            if ds["synthetic"].get("domain", "faces") != "faces" and ds.get("faces"):
+                raise ConfigError(f"datasets.{name}.faces: true, but synthetic.domain is "
+                                  f"'{ds['synthetic']['domain']}' (not faces): delta_face would "
+                                  "measure dog images with a face network; set faces: false "
+                                  "(delta_eval replaces it, paper I.2)")
         elif "synthetic" in ds:
             raise ConfigError(f"datasets.{name}.synthetic: only allowed for source synthfaces")
         if "n_classes" not in ds and ds["source"] != "synthfaces":

@@ -105,7 +105,8 @@ DEFENSE_LABELS = DefenseLabels({"nodef": "NoDef", "atat": "AT-AT", "mid": "MID",
 ARCH_LABELS = {"resnet18": "ResNet-18", "resnet152": "ResNet-152", "densenet169": "DenseNet-169",
                "resnet10": "ResNet-10", "densenet47": "DenseNet-47"}
 DATASET_LABELS = {"facescrub": "FaceScrub", "celeba": "CelebA", "stanford_dogs": "Stanford Dogs",
-                  "synthfaces": "SynthFaces", "synthfaces_b": "SynthFaces-B"}
+                  "synthfaces": "SynthFaces", "synthfaces_b": "SynthFaces-B",
+                  "synthdogs": "SynthDogs"}
 ATTACK_NAMES = {"ppa": "PPA", "ifgmi": "IF-GMI", "ppdg": "PPDG"}
 
 

@@ -139,21 +139,22 @@ def _success(history: Sequence[Mapping[str, Any]], epochs: int) -> tuple[float, 
 
 def prior_unmeasured_reason(config: Mapping[str, Any], generator: str) -> str | None:
     """Why generator ``generator``'s quality is not measured, or None if it is (rule
-    prior_quality): only a prior the workflow trains on a face dataset's public pool, with
-    the public identity classifier as face embedding, has an instrument and real public
-    images to judge it (atat.inversion.prior_quality)."""
+    prior_quality): only a prior the workflow trains on a synthetic dataset's public pool (faces
+    or dogs), with face_embedding.source public_classifier (the classifier of that pool's
+    identities or breeds), has an instrument and real public images to judge it
+    (atat.inversion.prior_quality)."""
     g = config["generators"][generator] or {}
     if "train" not in g:
         return (f"not measured: downloaded prior (generators.{generator}.url); its training "
                 f"images are not part of the workflow and no classifier of them is trained "
                 f"(its quality is its authors' published one)")
     dataset = g["train"]["dataset"]
-    if not config["datasets"][dataset].get("faces"):
-        return f"not measured: {dataset} is not a face dataset (no face embedding)"
+    if config["datasets"][dataset]["source"] != "synthfaces":
+        return f"not measured: {dataset} has no public pool (not a synthetic dataset)"
     source = (config.get("face_embedding") or {}).get("source")
     if source != "public_classifier":
         return (f"not measured: face_embedding.source is {source}, not public_classifier "
-                f"(no classifier of {dataset}'s public identities)")
+                f"(no classifier of {dataset}'s public pool)")
     return None
 
 

@@ -268,7 +268,7 @@ def inversion_inputs(wildcards):
             inputs["perceptual_vgg"] = files["vgg"]
             inputs["perceptual_lin"] = files["lin"]
         else:
-            inputs["perceptual_embedding"] = f"results/face_embedding/{ds}/model.pt"
+            inputs["perceptual_embedding"] = public_classifier_file(ds)
     return inputs
 
 
@@ -399,10 +399,10 @@ def evaluation_weights_file():
 # ---- evaluation networks (rules of evaluation.smk)
 EVAL_CFG = config.get("evaluation_model") or {}
 FACE_CFG = config.get("face_embedding") or {}
-# datasets with a public pool to train the demo face embedding on (faces, synthetic)
-PUBLIC_FACE = [
-    n for n, d in config["datasets"].items() if d["source"] == "synthfaces" and d.get("faces")
-]
+# datasets with a public pool to train the public classifier on (synthetic): the demo's face
+# embedding on a face population, and the instrument of rule prior_quality on any population
+# whose public pool trains a prior (the dog population's, Table 26)
+PUBLIC_POOL = SYNTH
 
 
 def evaluation_model_inputs(wildcards):
@@ -432,11 +432,17 @@ def evaluation_model_file(dataset):
     return f"results/evaluation/{dataset}/model.pt"
 
 
+def public_classifier_file(dataset):
+    """The classifier of ``dataset``'s public pool (rule train_face_embedding): δ_face's network
+    on a face population, the prior-quality instrument on any synthetic one."""
+    return f"results/face_embedding/{dataset}/model.pt"
+
+
 def face_network_file(dataset):
     """The δ_face network of ``dataset`` for atat.inversion.evaluation.load_face_network, or
     None for non-face datasets (δ_face is NaN there, paper I.2)."""
     if not config["datasets"][dataset].get("faces"):
         return None
     if FACE_CFG.get("source") == "public_classifier":
-        return f"results/face_embedding/{dataset}/model.pt"
+        return public_classifier_file(dataset)
     return facenet_file()  # the downloaded VGGFace2 InceptionResnetV1 state dict

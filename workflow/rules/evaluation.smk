@@ -1,7 +1,8 @@
 # Stage 5: the networks that judge the inversion attacks (spec attacks §5.2, §5.4), one per
 # attacked dataset: the Inception-v3 evaluation model trained on the private training split,
-# and (embedded demo only, face_embedding.source = public_classifier) the face-embedding
-# network of δ_face trained on the dataset's public pool. With source facenet the pretrained
+# and (embedded demo only, face_embedding.source = public_classifier) the classifier of the
+# dataset's public pool: δ_face's embedding on a face population, and on any population the
+# instrument of rule prior_quality. With source facenet the pretrained
 # InceptionResnetV1 weights file is used directly (see face_network_file in common.smk).
 # Both train through atat.train's loop and resume from results/.resume/{evaluation,
 # face_embedding}/<dataset>/resume.pt (not declared, so Snakemake never deletes it).
@@ -40,7 +41,7 @@ rule train_face_embedding:
         model="results/face_embedding/{dataset}/model.pt",
         metrics="results/face_embedding/{dataset}/metrics.json",
     wildcard_constraints:
-        dataset=_alt(PUBLIC_FACE if FACE_CFG.get("source") == "public_classifier" else []),
+        dataset=_alt(PUBLIC_POOL if FACE_CFG.get("source") == "public_classifier" else []),
     params:
         spec=lambda wc: dict(
             dataset_dir=dataset_dir(wc.dataset),

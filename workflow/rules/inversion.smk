@@ -54,13 +54,13 @@ rule train_generator:
 
 
 rule prior_quality:
-    # Is the prior a prior of faces of its population? Recognition rate by the public pool's
+    # Is the prior a prior of its population's images? Recognition rate by the public pool's
     # identity classifier and precision/recall in its embedding, each against held-out real
     # public images (ceiling) and a per-pixel Gaussian (floor); checked in the preconditions
     # table (atat.inversion.prior_quality; issue 17 item 5). Only where that classifier exists.
     input:
         generator="results/generators/{generator}.pkl",
-        face=lambda wc: face_network_file(config["generators"][wc.generator]["train"]["dataset"]),
+        face=lambda wc: public_classifier_file(config["generators"][wc.generator]["train"]["dataset"]),
         face_metrics=lambda wc: "results/face_embedding/{}/metrics.json".format(
             config["generators"][wc.generator]["train"]["dataset"]
         ),

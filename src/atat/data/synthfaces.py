@@ -63,6 +63,9 @@ from atat.data.manifest import split_indices, write_dataset
 
 GENERATOR_VERSION = 1
 POOLS = {"private": ("priv", 0), "public": ("pub", 1)}
+#: what a population is made of: face identities (this module) or dog breeds
+#: (:mod:`atat.data.synthdogs`, the miniature's Stanford Dogs, paper Table 26)
+DOMAINS = ("faces", "dogs")
 ACCESSORY_CONSISTENCY = 0.75
 MIN_DISCRETE_DIFF = 3
 
@@ -756,18 +759,32 @@ def render_identity_image(ident: dict[str, Any], image_index: int, *, seed: int 
 # ------------------------------------------------------------------------------------
 # dataset generation
 # ------------------------------------------------------------------------------------
+def _domain_functions(domain: str):
+    """(make the pool's classes, render image j of a class) of ``domain``."""
+    if domain == "faces":
+        return make_identities, render_identity_image
+    if domain == "dogs":
+        from atat.data import synthdogs  # imports this module's painting helpers
+
+        return synthdogs.make_breeds, synthdogs.render_breed_image
+    raise ValueError(f"unknown synthetic domain {domain!r}; use one of {list(DOMAINS)}")
+
+
 def _write_pool(root: Path, pool: str, identities: list[dict[str, Any]], n_images: int, *, seed: int,
-                split_seed: int, resolution: int, nuisance: float, progress: bool, params: dict) -> dict:
+                split_seed: int, resolution: int, nuisance: float, progress: bool, params: dict,
+                domain: str = "faces") -> dict:
     from atat.progress import track  # one log line per identity, with ETA
 
+    render = _domain_functions(domain)[1]
+    generator_name = "synthfaces" if domain == "faces" else f"synthfaces-{domain}"
     root.mkdir(parents=True)
     rows = []
-    for label, ident in enumerate(track(identities, f"synthfaces {pool}: identities done",
+    for label, ident in enumerate(track(identities, f"{generator_name} {pool}: classes done",
                                         enabled=progress)):
         d = root / "images" / ident["name"]
         d.mkdir(parents=True)
         for j in range(n_images):
-            img = render_identity_image(ident, j, seed=seed, resolution=resolution, nuisance=nuisance)
+            img = render(ident, j, seed=seed, resolution=resolution, nuisance=nuisance)
             rel = f"images/{ident['name']}/{j:04d}.png"
             img.save(root / rel, format="PNG", optimize=False, compress_level=6)
             rows.append((rel, label, ident["name"]))
@@ -781,11 +798,12 @@ def _write_pool(root: Path, pool: str, identities: list[dict[str, Any]], n_image
     id_text = json.dumps(identities, indent=1, sort_keys=True) + "\n"
     (root / "identities.json").write_text(id_text)
     meta = {
-        "name": f"synthfaces_{pool}",
+        "name": f"{generator_name}_{pool}",
         "class_names": [i["name"] for i in identities],
         "resolution": [resolution, resolution],
         "split_seed": split_seed,
-        "source": f"synthfaces v{GENERATOR_VERSION}: procedurally rendered (atat.data.synthfaces), no downloads",
+        "source": (f"synthfaces v{GENERATOR_VERSION}: procedurally rendered (atat.data.synthfaces"
+                   + (")" if domain == "faces" else f", domain {domain})") + ", no downloads"),
         "pool": pool,
         "generator": {"name": "synthfaces", "version": GENERATOR_VERSION, **params},
         "identities_file": "identities.json",
@@ -805,10 +823,14 @@ def generate_synthfaces(
     seed: int = DEFAULTS["seed"],
     split_seed: int = DEFAULTS["split_seed"],
     nuisance: float = DEFAULTS["nuisance"],
+    domain: str = "faces",
     overwrite: bool = False,
     progress: bool = True,
 ) -> dict:
     """Render the synthfaces private and public pools into ``out_dir/private`` and ``out_dir/public``.
+
+    ``domain``: ``faces`` (identities, this module) or ``dogs`` (breeds,
+    :mod:`atat.data.synthdogs`); the ``*_identities`` counts are then counts of breeds.
 
     Returns ``{"out_dir", "private": meta, "public": meta}``.  ``out_dir`` must not exist
     (or be empty) unless ``overwrite``; it is assembled in a temporary sibling directory
@@ -822,6 +844,7 @@ def generate_synthfaces(
             raise ValueError(f"{name} must be >= 1, got {v}")
     if int(resolution) < 8:
         raise ValueError(f"resolution must be >= 8, got {resolution}")
+    make_classes = _domain_functions(domain)[0]
     if out.exists() and not (out.is_dir() and not any(out.iterdir())) and not overwrite:
         raise FileExistsError(f"{out} exists and is not empty (pass overwrite=True)")
     params = {
@@ -834,16 +857,18 @@ def generate_synthfaces(
         "split_seed": int(split_seed),
         "nuisance": float(nuisance),
     }
+    if domain != "faces":  # faces' meta stays as before (its datasets' files unchanged)
+        params["domain"] = domain
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
     try:
         metas = {}
         for pool, n_id, n_img in (("private", n_private_identities, images_per_identity),
                                   ("public", n_public_identities, public_images_per_identity)):
-            ids = make_identities(int(n_id), pool, seed)
+            ids = make_classes(int(n_id), pool, seed)
             metas[pool] = _write_pool(tmp / pool, pool, ids, int(n_img), seed=int(seed), split_seed=int(split_seed),
                                       resolution=int(resolution), nuisance=float(nuisance), progress=progress,
-                                      params=params)
+                                      params=params, domain=domain)
         install_dir(tmp, out)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -881,6 +906,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=DEFAULTS["seed"])
     ap.add_argument("--split-seed", type=int, default=DEFAULTS["split_seed"])
     ap.add_argument("--nuisance", type=float, default=DEFAULTS["nuisance"])
+    ap.add_argument("--domain", choices=DOMAINS, default="faces")
     ap.add_argument("--overwrite", action="store_true")
     ap.add_argument("--no-progress", action="store_true")
     ap.add_argument("--sheet", help="also write a contact sheet PNG of the private pool here")
@@ -889,7 +915,7 @@ def main(argv: list[str] | None = None) -> int:
         args.out, n_private_identities=args.n_private, n_public_identities=args.n_public,
         images_per_identity=args.images_per_identity, public_images_per_identity=args.public_images_per_identity,
         resolution=args.resolution, seed=args.seed, split_seed=args.split_seed, nuisance=args.nuisance,
-        overwrite=args.overwrite, progress=not args.no_progress,
+        domain=args.domain, overwrite=args.overwrite, progress=not args.no_progress,
     )
     if args.sheet:
         contact_sheet(Path(args.out) / "private", scale=max(1, 128 // args.resolution)).save(args.sheet)
