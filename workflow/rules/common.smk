@@ -433,7 +433,7 @@ def evaluation_model_file(dataset):
 
 
 def public_classifier_file(dataset):
-    """The classifier of ``dataset``'s public pool (rule train_face_embedding): δ_face's network
+    """The classifier of ``dataset``'s public pool (made by train_face_embedding) -- δ_face's network
     on a face population, the prior-quality instrument on any synthetic one."""
     return f"results/face_embedding/{dataset}/model.pt"
 

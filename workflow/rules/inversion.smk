@@ -60,7 +60,9 @@ rule prior_quality:
     # table (atat.inversion.prior_quality; issue 17 item 5). Only where that classifier exists.
     input:
         generator="results/generators/{generator}.pkl",
-        face=lambda wc: public_classifier_file(config["generators"][wc.generator]["train"]["dataset"]),
+        face=lambda wc: public_classifier_file(
+            config["generators"][wc.generator]["train"]["dataset"]
+        ),
         face_metrics=lambda wc: "results/face_embedding/{}/metrics.json".format(
             config["generators"][wc.generator]["train"]["dataset"]
         ),
