@@ -40,8 +40,8 @@ import numpy as np
 from PIL import Image, ImageChops
 
 from atat.data.synthfaces import (
-    MIN_DISCRETE_DIFF, POOLS, _camera, _choice, _clip_rgb, _composite, _mix, _occlude, _Painter,
-    _place_layer, _render_size, _rng, _scale, _u,
+    _choice, _clip_rgb, _mix, _Painter, _render_size, _scale, _u, draw_distinct_pool,
+    image_rng, photograph,
 )
 
 Pt = tuple[float, float]
@@ -101,23 +101,9 @@ def _signature(breed: dict[str, Any]) -> tuple:
 
 
 def make_breeds(n: int, pool: str, seed: int = 0) -> list[dict[str, Any]]:
-    """The first ``n`` breeds of ``pool`` (``private``/``public``) for ``seed``."""
-    if pool not in POOLS:
-        raise ValueError(f"unknown pool {pool!r}; use one of {list(POOLS)}")
-    prefix, code = POOLS[pool]
-    out: list[dict[str, Any]] = []
-    sigs: list[tuple] = []
-    for k in range(n):
-        for attempt in range(10_000):
-            breed = _draw_breed(_rng(seed, 11, code, k, attempt))
-            sig = _signature(breed)
-            if all(sum(x != y for x, y in zip(sig, s)) >= MIN_DISCRETE_DIFF for s in sigs):
-                break
-        else:  # pragma: no cover - practically unreachable
-            raise RuntimeError("could not draw a distinct breed")
-        out.append({"name": f"{prefix}_{k:04d}", "pool": pool, "index": k, "attempt": attempt, **breed})
-        sigs.append(sig)
-    return out
+    """The first ``n`` breeds of ``pool`` (``private``/``public``) for ``seed`` (RNG stream 11;
+    the faces' identities use 1)."""
+    return draw_distinct_pool(n, pool, seed, 11, _draw_breed, _signature, "breed")
 
 
 # ------------------------------------------------------------------------------------
@@ -342,24 +328,19 @@ def render_dog(breed: dict[str, Any], rng: np.random.RandomState, resolution: in
 
     Random draws happen in a fixed order (individual + pose, placement, background,
     occluder, camera), so an image is reproducible from its RNG; painting draws nothing."""
-    R = _render_size(resolution)
     nz = float(nuisance)
-    P = _Painter(R)
+    P = _Painter(_render_size(resolution))
     d = _draw_dog(breed, rng, nz)
     _paint_body(P, breed, d)
     _paint_ears(P, breed, d, front=False)
     _paint_head(P, breed, d)
     _paint_face(P, breed, d)
     _paint_ears(P, breed, d, front=True)
-    layer = _place_layer(P, rng, d, nz, True)  # type: ignore[arg-type]  # needs only .cx, .cy
-    img = _composite(layer, rng, R, nz)
-    img = _occlude(img, rng, R, nz)
-    return _camera(img, rng, resolution, nz)
+    return photograph(P, rng, d, resolution, nz)
 
 
 def render_breed_image(breed: dict[str, Any], image_index: int, *, seed: int = 0, resolution: int = 64,
                        nuisance: float = 1.0) -> Image.Image:
     """Image ``image_index`` of ``breed`` (deterministic in ``seed, pool, breed, image``)."""
-    code = POOLS[breed["pool"]][1]
-    rng = _rng(seed, 12, code, breed["index"], image_index)
-    return render_dog(breed, rng, resolution=resolution, nuisance=nuisance)
+    return render_dog(breed, image_rng(seed, 12, breed, image_index), resolution=resolution,
+                      nuisance=nuisance)

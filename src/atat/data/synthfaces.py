@@ -52,7 +52,7 @@ import os
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 import pandas as pd
@@ -237,8 +237,13 @@ def _discrete_signature(ident: dict[str, Any]) -> tuple:
     )
 
 
-def make_identities(n: int, pool: str, seed: int = 0) -> list[dict[str, Any]]:
-    """The first ``n`` identities of ``pool`` (``private``/``public``) for ``seed``."""
+def draw_distinct_pool(n: int, pool: str, seed: int, stream: int,
+                       draw: Callable[[np.random.RandomState], dict[str, Any]],
+                       signature: Callable[[dict[str, Any]], tuple], what: str) -> list[dict[str, Any]]:
+    """The first ``n`` classes of ``pool``: class ``k`` is ``draw(_rng(seed, stream, pool code,
+    k, attempt))`` for the first attempt whose ``signature`` differs from every earlier class
+    of the pool in at least ``MIN_DISCRETE_DIFF`` entries (so growing a pool keeps its first
+    classes), named ``<prefix>_<k:04d>``. Shared by the face identities and the dog breeds."""
     if pool not in POOLS:
         raise ValueError(f"unknown pool {pool!r}; use one of {list(POOLS)}")
     prefix, code = POOLS[pool]
@@ -246,16 +251,20 @@ def make_identities(n: int, pool: str, seed: int = 0) -> list[dict[str, Any]]:
     sigs: list[tuple] = []
     for k in range(n):
         for attempt in range(10_000):
-            ident = _draw_identity(_rng(seed, 1, code, k, attempt))
-            sig = _discrete_signature(ident)
+            item = draw(_rng(seed, stream, code, k, attempt))
+            sig = signature(item)
             if all(sum(x != y for x, y in zip(sig, s)) >= MIN_DISCRETE_DIFF for s in sigs):
                 break
         else:  # pragma: no cover - practically unreachable
-            raise RuntimeError("could not draw a distinct identity")
-        ident = {"name": f"{prefix}_{k:04d}", "pool": pool, "index": k, "attempt": attempt, **ident}
-        out.append(ident)
+            raise RuntimeError(f"could not draw a distinct {what}")
+        out.append({"name": f"{prefix}_{k:04d}", "pool": pool, "index": k, "attempt": attempt, **item})
         sigs.append(sig)
     return out
+
+
+def make_identities(n: int, pool: str, seed: int = 0) -> list[dict[str, Any]]:
+    """The first ``n`` identities of ``pool`` (``private``/``public``) for ``seed``."""
+    return draw_distinct_pool(n, pool, seed, 1, _draw_identity, _discrete_signature, "identity")
 
 
 # ------------------------------------------------------------------------------------
@@ -735,25 +744,35 @@ def render_face(ident: dict[str, Any], rng: np.random.RandomState, resolution: i
 
     The random draws happen in a fixed order (look, placement, background, occluder, camera),
     so an image is reproducible from its RNG; the painting steps draw nothing."""
-    R = _render_size(resolution)
     nz = float(nuisance)
-    P = _Painter(R)
+    P = _Painter(_render_size(resolution))
     look = _draw_look(ident, rng, nz)
     face = _face_geometry(ident, look)
     for paint in _PAINT_STEPS:
         paint(P, ident, look, face)
-    layer = _place_layer(P, rng, face, nz, rotation)
-    img = _composite(layer, rng, R, nz)
-    img = _occlude(img, rng, R, nz)
+    return photograph(P, rng, face, resolution, nz, rotation)
+
+
+def photograph(P: _Painter, rng: np.random.RandomState, centre: Any, resolution: int, nz: float,
+               rotation: bool = True) -> Image.Image:
+    """The painted layer as a photo: placed about ``centre`` (``.cx``, ``.cy``), over a
+    background, maybe occluded, through the camera (shared by faces and dogs)."""
+    layer = _place_layer(P, rng, centre, nz, rotation)
+    img = _composite(layer, rng, P.R, nz)
+    img = _occlude(img, rng, P.R, nz)
     return _camera(img, rng, resolution, nz)
+
+
+def image_rng(seed: int, stream: int, item: dict[str, Any], image_index: int) -> np.random.RandomState:
+    """The RNG of image ``image_index`` of class ``item`` (a pool's identity or breed)."""
+    return _rng(seed, stream, POOLS[item["pool"]][1], item["index"], image_index)
 
 
 def render_identity_image(ident: dict[str, Any], image_index: int, *, seed: int = 0, resolution: int = 64,
                           nuisance: float = 1.0) -> Image.Image:
     """Image ``image_index`` of ``ident`` (deterministic in ``seed, pool, identity, image``)."""
-    code = POOLS[ident["pool"]][1]
-    rng = _rng(seed, 2, code, ident["index"], image_index)
-    return render_face(ident, rng, resolution=resolution, nuisance=nuisance)
+    return render_face(ident, image_rng(seed, 2, ident, image_index), resolution=resolution,
+                       nuisance=nuisance)
 
 
 # ------------------------------------------------------------------------------------
