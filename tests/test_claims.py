@@ -257,3 +257,32 @@ def test_a_run_without_statistics_gives_reasons_not_errors(tmp_path, demo):
     for claim in ("tradeoff_ppa", "tradeoff_ifgmi", "clean_acc_ppa", "tradeoff_gradient",
                   "cost_robust_acc_eps0.0025"):
         assert t.loc[claim, "verdict"] == "not testable" and t.loc[claim, "basis"], claim
+
+
+def test_the_caption_names_each_priors_quality_verdict():
+    """Two populations, two priors (the demo's faces and dogs): the caption says which prior
+    failed, so a failed dogs prior is not read as the prior of the face claims."""
+    import pandas as pd
+
+    from atat import claims as C
+    from atat.preconditions import PRIOR
+
+    def inputs(rows):
+        empty = pd.DataFrame()
+        return C.Inputs(config={}, summary=empty, main=empty, per_image=empty, tidy=None,
+                        causal=None, cost=None, hsic={}, preconditions=pd.DataFrame(rows),
+                        dose=None, dataset="synthfaces", architecture="resnet18")
+
+    row = dict(experiment=PRIOR, value=0.0, threshold=">= 0.5", note="")
+    rows = [dict(row, model="generators/synthfaces_public", check=c, passed=True)
+            for c in ("prior_recognition", "prior_precision")]
+    rows += [dict(row, model="generators/synthdogs_public", check="prior_recognition",
+                  passed=False),
+             dict(row, model="generators/synthdogs_public", check="prior_coverage", passed=True)]
+    text = C._prior_sentence(inputs(rows))
+    assert "synthdogs_public failed: prior_recognition" in text
+    assert "synthfaces_public passed" in text and "worse attacker" in text
+    ok = C._prior_sentence(inputs(rows[:2]))
+    assert "synthfaces_public passed" in ok and "worse attacker" not in ok
+    unmeasured = [dict(row, model="generators/ffhq", check="prior_quality", passed=None)]
+    assert "ffhq not measured" in C._prior_sentence(inputs(unmeasured))
