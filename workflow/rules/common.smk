@@ -399,10 +399,6 @@ def evaluation_weights_file():
 # ---- evaluation networks (rules of evaluation.smk)
 EVAL_CFG = config.get("evaluation_model") or {}
 FACE_CFG = config.get("face_embedding") or {}
-# datasets with a public pool to train the public classifier on (synthetic): the demo's face
-# embedding on a face population, and the instrument of rule prior_quality on any population
-# whose public pool trains a prior (the dog population's, Table 26)
-PUBLIC_POOL = SYNTH
 
 
 def evaluation_model_inputs(wildcards):

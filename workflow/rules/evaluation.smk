@@ -41,7 +41,8 @@ rule train_face_embedding:
         model="results/face_embedding/{dataset}/model.pt",
         metrics="results/face_embedding/{dataset}/metrics.json",
     wildcard_constraints:
-        dataset=_alt(PUBLIC_POOL if FACE_CFG.get("source") == "public_classifier" else []),
+        # every synthetic dataset has a public pool to train it on (faces and dogs alike)
+        dataset=_alt(SYNTH if FACE_CFG.get("source") == "public_classifier" else []),
     params:
         spec=lambda wc: dict(
             dataset_dir=dataset_dir(wc.dataset),
