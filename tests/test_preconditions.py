@@ -145,6 +145,42 @@ def test_unseen_pixels_without_nodef_fails():
     assert not bool(row["passed"]) and "no NoDef model" in row["note"]
 
 
+def _es_metrics(val_acc, stopped, target=0.5):
+    return {"d/resnet18/nodef_es/seed0": {
+        "val_acc": val_acc, "stopped_early": stopped, "epochs": 10, "best_epoch": 4,
+        "stop_reference": {"defense": "unseen_pixels", "val_acc": target,
+                           "model_id": "d/resnet18/unseen_pixels/seed0"}}}
+
+
+@pytest.mark.parametrize("val_acc,stopped,passed,how", [
+    (0.52, True, True, "stopped at epoch 4 of 10"),
+    (0.55, True, True, "stopped at epoch 4"),        # overshoot at the first reaching epoch
+    (0.56, True, False, "stopped at epoch 4"),
+    (0.45, False, True, "target never reached"),     # the full NoDef is about as accurate
+    (0.44, False, False, "target never reached"),
+    (None, False, False, "target never reached")])
+def test_early_stopped_nodef_is_checked_against_its_target(val_acc, stopped, passed, how):
+    df = pc.check_preconditions(
+        _summary(nodef={}, nodef_es={"test_acc": 0.7},
+                 unseen_pixels={"kept_pixel_fraction": 0.01, "test_acc": 0.6}),
+        _es_metrics(val_acc, stopped), CONFIG)
+    row = _get(df, "nodef_es", "early_stop_val_acc_gap")
+    assert row["experiment"] == "Unseen-Pixels"  # a precondition of Table 3's claim
+    assert bool(row["passed"]) is passed
+    if val_acc is not None:
+        assert row["value"] == pytest.approx(val_acc - 0.5)
+    assert how in row["note"] and "test acc. 0.700 vs 0.600" in row["note"]
+
+
+def test_early_stopped_nodef_without_metrics_fails_with_advice(caplog):
+    df = pc.check_preconditions(_summary(nodef={}, nodef_es={}), {}, CONFIG)
+    row = _get(df, "nodef_es", "early_stop_val_acc_gap")
+    assert not bool(row["passed"]) and "no metrics.json" in row["note"]
+    with caplog.at_level(logging.WARNING, logger="atat.preconditions"):
+        assert pc.warn_failed(df[df["check"] == "early_stop_val_acc_gap"]) == 1
+    assert "defenses.nodef_es.training.eval_every" in caplog.records[-1].getMessage()
+
+
 # --------------------------------------------------------------------------- inversion prior
 def _prior_record(recognition=0.6, precision=0.6, coverage=0.6):
     def stat(normalised):
