@@ -622,9 +622,10 @@ REGISTRY: list[Output] = [
            "atat.preconditions:preconditions_table",
            "Preconditions of the experiments (issue 17): AT-AT's training PGD success and "
            "robust-accuracy gap to NoDef, the permuted-label models' training accuracy, "
-           "Unseen-Pixels' kept pixels and test accuracy vs. NoDef, the inversion prior's "
-           "recognition, precision and coverage between a structure-free floor and real "
-           "faces. passed = False: the experiment is not in the paper's regime."),
+           "Unseen-Pixels' kept pixels and test accuracy vs. NoDef, the early-stopped NoDef's "
+           "val. accuracy vs. Unseen-Pixels', the inversion prior's recognition, precision "
+           "and coverage between a structure-free floor and real faces. passed = False: the "
+           "experiment is not in the paper's regime."),
     Output("figure5", "figure5", "tables",
            lambda p: ["results/figures/figure5_adversarial_examples.png"] if figure5_run(p)
            else [], "atat.figures:adversarial_examples_figure"),
