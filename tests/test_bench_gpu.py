@@ -42,7 +42,8 @@ def test_quick_run_writes_every_line(tmp_path, one_thread):
             assert ("train", f"{name}/{kind}") in got
     assert ("autoattack", "eps0.031") in got and ("ppa", "optimisation") in got
     checks = {r["variant"]: r["passed"] for r in rows if r["component"] == "tf32" and r["passed"]}
-    assert checks == {"pgd (AT-AT training step)": "True", "autoattack": "True"}
+    assert checks == {"pgd (AT-AT training step)": "True", "autoattack": "True",
+                      "pgd under bf16 autocast (AT-AT training step)": "True"}
     assert all(float(r["value"]) > 0 for r in rows)
 
 
@@ -57,3 +58,17 @@ def test_tf32_check_fails_when_pgd_leaves_tf32_on(monkeypatch, one_thread):
                                      variants=("fp32",), steps=1, repeats=1)
     pgd_line = next(ln for ln in lines if ln.variant == "pgd (AT-AT training step)")
     assert pgd_line.passed is False
+
+
+def test_autocast_check_fails_when_pgd_runs_under_the_training_autocast(monkeypatch, one_thread):
+    """A PGD that left the training step's bf16 autocast on is caught."""
+    import atat.pgd
+    from atat.precision import no_tf32
+
+    monkeypatch.setattr(atat.pgd, "attack_precision", lambda precision: no_tf32())
+    lines = bench_gpu.bench_training(bench_gpu.paper_config(), bench_gpu.quick_shapes(),
+                                     torch.device("cpu"), variants=("fp32", "bf16_autocast"),
+                                     steps=1, repeats=1)
+    by_variant = {ln.variant: ln.passed for ln in lines if ln.component == "tf32"}
+    assert by_variant["pgd (AT-AT training step)"] is True
+    assert by_variant["pgd under bf16 autocast (AT-AT training step)"] is False

@@ -281,3 +281,70 @@ def test_training_adam_is_multi_tensor_and_bitwise_equal_to_the_default_loop():
             o.step()
     for (k, a), b in zip(net.state_dict().items(), ref.state_dict().values()):
         assert torch.equal(a, b), k
+
+
+# ------------------------------------------------------------ opt-in speed-ups (issue 16 §3)
+ATAT = {"type": "atat", "epsilon": 0.01, "step_size": 0.005, "iterations": 2,
+        "weight_adv": 0.5}
+
+
+def _weights(path):
+    model, _, _ = load_model(path)
+    return model.state_dict()
+
+
+def test_default_speedup_keys_are_the_papers_setting_bitwise(data_root, tmp_path):
+    """training.autocast: none and memory_format: contiguous are exactly the default run."""
+    a = run(spec(data_root, ATAT, epochs=1), tmp_path, "a")
+    b = run(spec(data_root, ATAT, epochs=1, autocast="none", memory_format="contiguous"),
+            tmp_path, "b")
+    wa, wb = _weights(tmp_path / "a.pt"), _weights(tmp_path / "b.pt")
+    for k in wa:
+        assert torch.equal(wa[k], wb[k]), k
+    assert a["history"][0]["train_loss"] == b["history"][0]["train_loss"]
+
+
+def test_bf16_autocast_trains_and_keeps_atats_pgd_in_float32(data_root, tmp_path, monkeypatch):
+    import atat.defenses.atat as atat_defense
+    from atat.precision import autocast_enabled, tf32_disabled
+
+    seen = {"pgd": [], "step": []}
+    original = atat_defense.pgd
+
+    def spied(model, *args, **kwargs):
+        def recorded(z):
+            out = model(z)
+            seen["pgd"].append((autocast_enabled(), tf32_disabled(), z.dtype, out.dtype))
+            return out
+        seen["step"].append(autocast_enabled())
+        return original(recorded, *args, **kwargs)
+
+    monkeypatch.setattr(atat_defense, "pgd", spied)
+    metrics = run(spec(data_root, ATAT, epochs=1, autocast="bf16"), tmp_path, "bf16")
+    assert seen["step"] and all(seen["step"])            # the step ran under autocast ...
+    assert seen["pgd"] and all(p == (False, True, torch.float32, torch.float32)
+                               for p in seen["pgd"])    # ... its PGD did not
+    assert all(v.dtype == torch.float32 for v in _weights(tmp_path / "bf16.pt").values()
+               if v.is_floating_point())
+    assert 0 <= metrics["test_acc"] <= 1
+    assert metrics["history"][0]["train_loss"] == pytest.approx(
+        run(spec(data_root, ATAT, epochs=1), tmp_path, "fp32")["history"][0]["train_loss"], rel=0.05)
+
+
+def test_channels_last_trains_the_same_model_up_to_float_order(data_root, tmp_path):
+    run(spec(data_root, epochs=1), tmp_path, "std")
+    run(spec(data_root, epochs=1, memory_format="channels_last"), tmp_path, "cl")
+    a, b = _weights(tmp_path / "std.pt"), _weights(tmp_path / "cl.pt")
+    keys = [k for k in a if a[k].is_floating_point()]
+    va = torch.cat([a[k].flatten() for k in keys])
+    vb = torch.cat([b[k].flatten() for k in keys])
+    # Adam turns float-order differences of small gradients into steps of up to ~lr
+    assert float((va - vb).norm() / va.norm()) < 1e-3
+    assert not torch.equal(va, vb)  # the layout did take effect (sums in another order)
+
+
+def test_unknown_speedup_values_stop_naming_the_key(data_root, tmp_path):
+    with pytest.raises(ValueError, match="training.autocast must be one of none, bf16"):
+        run(spec(data_root, epochs=1, autocast="fp16"), tmp_path, "bad")
+    with pytest.raises(ValueError, match="training.memory_format must be one of contiguous"):
+        run(spec(data_root, epochs=1, memory_format="nhwc"), tmp_path, "bad2")

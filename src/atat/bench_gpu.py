@@ -8,12 +8,12 @@ centre crop), random weights (no artefact needed):
 * ``train/<defense>/<variant>``: training images/s of NoDef and AT-AT (the paper's 5-step PGD)
   through the defense's own ``train_step``. ``fp32`` is the paper's setting (PyTorch's default
   backend flags, as the authors trained); the GPU speed-ups that change the numerics are
-  measured beside it: ``channels_last`` (memory format), ``bf16_autocast`` (mixed precision
-  of the whole step; for AT-AT it would also cover the PGD, which the project keeps in
-  float32, so that line is an upper bound of what an opt-in key could give) and ``compile``
-  (``torch.compile``, only with ``--with-compile``: minutes of compilation). Each line gives
-  the speed-up over ``fp32`` and how far the first step's loss moved (``|Δ loss|``). None of
-  them is a config key yet: a key is worth adding where a GPU run shows a gain.
+  measured beside it: ``channels_last`` (the opt-in config key ``training.memory_format:
+  channels_last``), ``bf16_autocast`` (``training.autocast: bf16``: bfloat16 autocast over the
+  step, AT-AT's PGD kept in float32 without autocast, as in a training job; both through
+  :mod:`atat.precision`, the helpers the training loop uses) and ``compile`` (``torch.compile``,
+  only with ``--with-compile``: minutes of compilation; not a config key). Each line gives
+  the speed-up over ``fp32`` and how far the first step's loss moved (``|Δ loss|``).
 * ``autoattack/eps<ε>``: standard AutoAttack images/s at each of the config's ε, estimated
   per attack from two short runs (``--aa-iters`` and twice as many iterations or Square
   queries, one target class): their difference gives the time per iteration, the rest is the
@@ -24,8 +24,8 @@ centre crop), random weights (no artefact needed):
   resized crop, target forward and backward, Adam) on a batch of ``inversion.ppa.batch_size``
   latents: images·steps/s, and seconds per attacked image for the config's ``steps``
   (the candidate search and final selection not included).
-* ``tf32/<where>``: whether TF32 is off in every forward inside PGD (AT-AT's training step)
-  and AutoAttack, and the backend flags of the training forwards around them (as configured:
+* ``tf32/<where>``: whether TF32 is off in every forward inside PGD (AT-AT's training step;
+  also autocast off there under ``bf16_autocast``) and AutoAttack, and the backend flags of the training forwards around them (as configured:
   PyTorch's defaults). Pass/fail lines; on CPU the flags are read the same way, but TF32 does
   not exist there.
 
@@ -147,15 +147,16 @@ class _FlagSpy(nn.Module):
 
 @contextlib.contextmanager
 def _spy_pgd(record: list[bool]) -> Iterator[None]:
-    """Route AT-AT's PGD through a model wrapper that records the TF32 flags per forward."""
+    """Route AT-AT's PGD through a model wrapper that records per forward whether it ran in
+    exact float32 (TF32 off and autocast off)."""
     import atat.defenses.atat as atat_defense
-    from atat.precision import tf32_disabled
+    from atat.precision import autocast_enabled, tf32_disabled
 
     original = atat_defense.pgd
 
     def spied(model: Callable[[Tensor], Tensor], *args: Any, **kwargs: Any) -> Tensor:
         def recorded(z: Tensor) -> Tensor:
-            record.append(tf32_disabled())
+            record.append(tf32_disabled() and not autocast_enabled())
             return model(z)
         return original(recorded, *args, **kwargs)
 
@@ -180,6 +181,7 @@ def bench_training(cfg: Mapping[str, Any], shapes: Shapes, device: torch.device,
                    variants: Sequence[str], steps: int, repeats: int) -> list[Line]:
     from atat.defenses import ModelContext, StepContext, build_defense
     from atat.models import build_model
+    from atat.precision import memory_format, training_autocast
 
     g = torch.Generator().manual_seed(0)
     x0 = (torch.rand(shapes.batch_size, 3, shapes.resolution, shapes.resolution, generator=g)
@@ -198,8 +200,9 @@ def bench_training(cfg: Mapping[str, Any], shapes: Shapes, device: torch.device,
             net = net.to(device).train()
             x = x0
             if kind == "channels_last":
-                net = net.to(memory_format=torch.channels_last)
-                x = x0.contiguous(memory_format=torch.channels_last)
+                fmt = memory_format("channels_last")
+                net = net.to(memory_format=fmt)
+                x = x0.contiguous(memory_format=fmt)
             spy = _FlagSpy(net)
             model: nn.Module = torch.compile(spy) if kind == "compile" else spy
             opt = torch.optim.Adam(defense.trainable_parameters(net), lr=t["lr"],
@@ -211,8 +214,7 @@ def bench_training(cfg: Mapping[str, Any], shapes: Shapes, device: torch.device,
             def step() -> None:
                 ctx = StepContext(epoch=0, step=counter["step"], n_classes=shapes.n_classes,
                                   generator=gen, steps_per_epoch=100)
-                amp = (torch.autocast(device.type, dtype=torch.bfloat16)
-                       if kind == "bf16_autocast" else contextlib.nullcontext())
+                amp = training_autocast(device, "bf16" if kind == "bf16_autocast" else None)
                 with amp, _spy_pgd(pgd_flags):
                     loss, _ = defense.training_loss(model, x, y, ctx)
                 opt.zero_grad(set_to_none=True)
@@ -231,7 +233,10 @@ def bench_training(cfg: Mapping[str, Any], shapes: Shapes, device: torch.device,
             note = "" if base_loss is None or kind == "fp32" else \
                 f"|Δ loss| at step 1 = {abs(loss0 - base_loss):.2e}"
             if kind == "bf16_autocast" and name == "atat":
-                note += "; autocast also covers the PGD (kept in float32 by the project)"
+                lines.append(Line("tf32", "pgd under bf16 autocast (AT-AT training step)",
+                                  float(len(pgd_flags)), "forwards checked",
+                                  passed=bool(pgd_flags) and all(pgd_flags),
+                                  note="TF32 and autocast off in every PGD forward"))
             lines.append(Line("train", f"{name}/{kind}", rate, "images/s",
                               speedup=rate / base_rate if base_rate else None, note=note.strip("; ")))
             if kind == "fp32":

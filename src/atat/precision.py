@@ -12,6 +12,14 @@ Two settings (config ``autoattack.precision``):
   ε = 1e-5 (and partly 0.0005) perturbations are then mostly rounded away inside the
   convolutions. TF32 exists only on CUDA: on CPU (and older GPUs) both settings compute the
   same numbers (:func:`tf32_active` says which case a device is).
+
+Both settings run the attacks without autocast: :func:`attack_precision` disables it for the
+block, so a training step under the opt-in ``training.autocast: bf16`` still runs AT-AT's PGD
+in float32. The opt-in training speed-ups (issue 16 §3; both change the numerics, both off by
+default, which is the paper's setting) live here too: ``training.autocast`` (``none`` or
+``bf16``: bfloat16 autocast over the training step, :func:`training_autocast`) and
+``training.memory_format`` (``contiguous`` or ``channels_last``, :func:`memory_format`).
+``make bench-gpu`` measures what each gains at the paper's shapes.
 """
 
 from __future__ import annotations
@@ -24,6 +32,10 @@ import torch
 
 PRECISIONS = ("fp32", "tf32")
 DEFAULT_PRECISION = "fp32"
+#: ``training.autocast`` -> the autocast dtype (None: float32, the default)
+TRAINING_AUTOCAST: dict[str, torch.dtype | None] = {"none": None, "bf16": torch.bfloat16}
+#: ``training.memory_format`` -> the memory format of the model and its training inputs
+MEMORY_FORMATS = {"contiguous": torch.contiguous_format, "channels_last": torch.channels_last}
 
 
 def check_precision(value: Any, key: str = "autoattack.precision") -> str:
@@ -94,11 +106,60 @@ def no_tf32() -> contextlib.AbstractContextManager[None]:
     return _backend_flags(cudnn_tf32=False)
 
 
+def _autocast_device_types() -> list[str]:
+    return ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+
+
+@contextlib.contextmanager
+def no_autocast() -> Iterator[None]:
+    """Autocast off (CPU and CUDA) for the block, whatever the caller enabled; restored after."""
+    with contextlib.ExitStack() as stack:
+        for device_type in _autocast_device_types():
+            stack.enter_context(torch.autocast(device_type, enabled=False))
+        yield
+
+
+def autocast_enabled() -> bool:
+    """Whether autocast is on for the CPU or a CUDA device here."""
+    return any(torch.is_autocast_enabled(t) for t in _autocast_device_types())
+
+
+@contextlib.contextmanager
+def _attack_flags(cudnn_tf32: bool) -> Iterator[None]:
+    with no_autocast(), _backend_flags(cudnn_tf32=cudnn_tf32):
+        yield
+
+
 def attack_precision(precision: str) -> contextlib.AbstractContextManager[None]:
     """The backend flags of ``precision`` (module doc) for the duration of the block:
     ``fp32`` = :func:`no_tf32`; ``tf32`` = PyTorch's defaults (cuDNN TF32 on, matmul TF32
-    off). The previous flags are restored on exit, also on error."""
-    return _backend_flags(cudnn_tf32=check_precision(precision, "precision") == "tf32")
+    off); autocast off in both. The previous flags are restored on exit, also on error."""
+    return _attack_flags(cudnn_tf32=check_precision(precision, "precision") == "tf32")
+
+
+def _choice(value: Any, choices: dict[str, Any], key: str, default: str) -> str:
+    value = default if value is None else value
+    if value not in choices:
+        raise ValueError(f"{key} must be one of {', '.join(choices)} ({default}: the paper's "
+                         f"setting), got {value!r}")
+    return str(value)
+
+
+def training_autocast(device: str | torch.device, mode: str | None
+                      ) -> contextlib.AbstractContextManager[Any]:
+    """The training step's autocast (``training.autocast``): ``none``/None = float32 (the
+    paper's setting, a no-op), ``bf16`` = bfloat16 autocast of the step's eligible ops
+    (convolutions, matmuls) on ``device``; losses and optimiser states stay float32 and
+    AT-AT's PGD runs without it (:func:`attack_precision`)."""
+    dtype = TRAINING_AUTOCAST[_choice(mode, TRAINING_AUTOCAST, "training.autocast", "none")]
+    if dtype is None:
+        return contextlib.nullcontext()
+    return torch.autocast(torch.device(device).type, dtype=dtype)
+
+
+def memory_format(name: str | None) -> torch.memory_format:
+    """``training.memory_format`` (None = ``contiguous``, the paper's setting)."""
+    return MEMORY_FORMATS[_choice(name, MEMORY_FORMATS, "training.memory_format", "contiguous")]
 
 
 def tf32_disabled() -> bool:

@@ -36,6 +36,7 @@ from atat import io
 from atat.data.loading import make_loader
 from atat.defenses import Defense, ModelContext, StepContext, build_defense
 from atat.models import build_model
+from atat.precision import memory_format, training_autocast
 from atat.progress import Progress
 
 log = logging.getLogger(__name__)
@@ -246,6 +247,15 @@ def _adam(params: Any, p: Mapping[str, Any]) -> tuple[torch.optim.Optimizer, Any
     return optimizer, scheduler
 
 
+def _to_device(model: nn.Module, device: torch.device, recipe: Mapping[str, Any]) -> None:
+    """``model`` onto ``device``, in the recipe's ``memory_format`` (opt-in channels_last;
+    the default leaves the model as built)."""
+    model.to(device)
+    fmt = memory_format(recipe.get("memory_format"))
+    if fmt is not torch.contiguous_format:
+        model.to(memory_format=fmt)
+
+
 def _set_up(spec: TrainSpec, device: torch.device
             ) -> tuple[_Run, dict[str, Any], Any, int]:
     """Seed every RNG, then build the defense, model, optimizer, scheduler and the loaders
@@ -261,7 +271,7 @@ def _set_up(spec: TrainSpec, device: torch.device
     defense = build_defense(spec.defense, spec.n_classes, where=f"defense of {spec.model_id}",
                             context=context)
     model = defense.build_model(build_model(spec.architecture, spec.n_classes, spec.weights_path))
-    model.to(device)
+    _to_device(model, device, p)
     optimizer, scheduler = _adam(defense.trainable_parameters(model), p)
     common = _loader_args(spec)
     aug = defense.train_augmentation(spec.augmentation)
@@ -326,12 +336,16 @@ def _train_epoch(run: _Run, epoch: int) -> dict[str, Any]:
     run.method.on_epoch_start(epoch, run.model)
     run.model.train()
     loss_sum, n_seen, logs_sum = 0.0, 0, {}
+    fmt = memory_format(p.get("memory_format"))
     for x, y in run.train_loader:
         x, y = x.to(run.device), y.to(run.device)
+        if fmt is not torch.contiguous_format:
+            x = x.contiguous(memory_format=fmt)
         ctx = StepContext(epoch=epoch, step=run.step, n_classes=run.n_classes,
                           generator=run.step_gen, steps_per_epoch=len(run.train_loader))
         try:
-            loss, logs = run.method.train_step(run.model, run.optimizer, x, y, ctx)
+            with training_autocast(run.device, p.get("autocast")):
+                loss, logs = run.method.train_step(run.model, run.optimizer, x, y, ctx)
         except FloatingPointError as exc:
             raise TrainingDivergedError(f"{run.name}: {exc}; lower the learning rate "
                                         f"(training.lr = {p['lr']})") from None
@@ -442,7 +456,7 @@ def fit(model: nn.Module, method: TrainingMethod, *, name: str, n_classes: int,
     "history", "train_seconds"}``, or None when ``stop_after_epochs`` interrupted the run;
     the resume file is removed at the end."""
     device = torch.device(device)
-    model.to(device)
+    _to_device(model, device, recipe)
     optimizer, scheduler = _adam(model.parameters(), recipe)
     run = _Run(name=name, n_classes=int(n_classes), recipe=recipe, device=device, method=method,
                model=model, optimizer=optimizer, scheduler=scheduler, loader_gen=loader_gen,
