@@ -98,3 +98,16 @@ def test_batch_mismatch_and_unknown_kernel_raise():
         nhsic(torch.randn(4, 2), torch.randn(4, 2), ktype_b="IMQ")
     with pytest.raises(ValueError, match="n_classes"):
         hsic_yz(torch.randn(4, 2), torch.tensor([0, 1, 0, 1]))
+
+
+def test_nhsic_is_float32_exact_inside_a_bf16_training_autocast():
+    """BiDO's HSIC term under the opt-in training.autocast: bf16 keeps its float32 maths."""
+    from atat.hsic import nhsic
+    from atat.precision import training_autocast
+
+    g = torch.Generator().manual_seed(0)
+    a, b = torch.randn(16, 8, generator=g), torch.randn(16, 5, generator=g)
+    ref = nhsic(a, b)
+    with training_autocast("cpu", "bf16"):
+        got = nhsic(a, b)
+    assert got.dtype == torch.float32 and torch.equal(got, ref)

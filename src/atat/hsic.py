@@ -21,27 +21,14 @@ matmuls: TF32 and autocast are switched off inside this module's kernel computat
 
 from __future__ import annotations
 
-import contextlib
-from typing import Iterator
-
 import torch
 from torch import Tensor
 
-from atat.precision import no_tf32
+from atat.precision import no_autocast, no_tf32
 
 SIGMA = 5.0
 EPS = 1e-5
 KERNELS = ("gaussian", "linear")
-
-
-@contextlib.contextmanager
-def _no_autocast(device: torch.device) -> Iterator[None]:
-    """Keep the kernel maths in the requested dtype even inside an autocast region."""
-    if device.type in ("cuda", "cpu"):
-        with torch.autocast(device_type=device.type, enabled=False):
-            yield
-    else:
-        yield
 
 
 def flatten(a: Tensor, dtype: torch.dtype = torch.float32) -> Tensor:
@@ -89,7 +76,7 @@ def centred_kernel(a: Tensor, ktype: str = "gaussian", sigma: float = SIGMA) -> 
 def normalized_kernel(a: Tensor, ktype: str = "gaussian", *, sigma: float = SIGMA,
                       eps: float = EPS, dtype: torch.dtype = torch.float32) -> Tensor:
     """R = K̃ (K̃ + ε m I)⁻¹ of the flattened batch ``a`` (step 4)."""
-    with _no_autocast(a.device):
+    with no_autocast():  # the kernel maths in ``dtype`` even inside an autocast region
         a = flatten(a, dtype)
         kc = centred_kernel(a, ktype, sigma)
         m = kc.shape[0]
