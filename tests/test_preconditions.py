@@ -181,6 +181,29 @@ def test_early_stopped_nodef_without_metrics_fails_with_advice(caplog):
     assert "defenses.nodef_es.training.eval_every" in caplog.records[-1].getMessage()
 
 
+# --------------------------------------------------------------------------- recipe fit
+@pytest.mark.parametrize("train_acc,passed", [(0.90, True), (0.899, False), (1.0, True),
+                                              (float("nan"), False)])
+def test_nodef_train_acc_at_its_optional_threshold(train_acc, passed):
+    cfg = copy.deepcopy(CONFIG)
+    cfg["preconditions"]["nodef_train_acc"] = 0.9
+    summary = _summary(nodef={"train_acc": train_acc}, atat={"train_acc": 0.5})
+    replicate = {**summary.iloc[0].to_dict(), "seed": 103, "replicate": 3, "train_acc": 0.1}
+    summary = pd.concat([summary, pd.DataFrame([replicate])], ignore_index=True)
+    df = pc.check_preconditions(summary, _atat_metrics([0.9] * 3), cfg)
+    rows = df[df["check"] == "nodef_train_acc"]
+    assert list(rows["model"]) == ["d/resnet18/nodef/seed0"]  # not AT-AT, not the replicate
+    assert rows.iloc[0]["experiment"] == "recipe" and bool(rows.iloc[0]["passed"]) is passed
+
+
+def test_nodef_train_acc_is_not_checked_without_its_threshold():
+    assert "nodef_train_acc" not in CONFIG["preconditions"]      # the paper config
+    df = pc.check_preconditions(_summary(nodef={"train_acc": 0.2}), {}, CONFIG)
+    assert "nodef_train_acc" not in set(df["check"])
+    demo = load_config(ROOT / "config" / "config.yaml", ROOT / "config" / "demo.yaml")
+    assert pc.thresholds(demo)["nodef_train_acc"] == 0.9
+
+
 # --------------------------------------------------------------------------- inversion prior
 def _prior_record(recognition=0.6, precision=0.6, coverage=0.6):
     def stat(normalised):

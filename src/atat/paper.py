@@ -623,7 +623,8 @@ REGISTRY: list[Output] = [
            "Preconditions of the experiments (issue 17): AT-AT's training PGD success and "
            "robust-accuracy gap to NoDef, the permuted-label models' training accuracy, "
            "Unseen-Pixels' kept pixels and test accuracy vs. NoDef, the early-stopped NoDef's "
-           "val. accuracy vs. Unseen-Pixels', the inversion prior's recognition, precision "
+           "val. accuracy vs. Unseen-Pixels', each cell's NoDef training accuracy where the "
+           "config sets a recipe criterion, the inversion prior's recognition, precision "
            "and coverage between a structure-free floor and real faces. passed = False: the "
            "experiment is not in the paper's regime."),
     Output("figure5", "figure5", "tables",

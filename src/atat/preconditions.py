@@ -7,6 +7,8 @@ accuracy), the Unseen-Pixels model must see < 3% of the pixels at a test accurac
 points of NoDef's (§3), and Table 3's early-stopped NoDef must stop at a validation accuracy
 comparable to that Unseen-Pixels model's (within the same few points; a NoDef whose validation
 accuracy never reaches the target keeps its lowest-val-loss epoch, which the row says).
+Optionally (``nodef_train_acc``, the demo's recipe criterion, experiment ``recipe``) each
+cell's grid NoDef must fit its training data: training accuracy at least the threshold.
 :func:`check_preconditions` turns ``results/summary.csv`` and the
 models' ``metrics.json`` into one row per (check, model): ``experiment, model, check, value,
 threshold, passed, note``. The thresholds are ``config['preconditions']``. A missing or NaN
@@ -41,6 +43,8 @@ THRESHOLD_KEYS = ["atat_attack_success", "atat_attack_success_epochs", "atat_rob
                   "atat_robust_gap", "permuted_train_acc", "unseen_pixels_kept_fraction",
                   "unseen_pixels_test_acc_drop", "prior_recognition", "prior_precision",
                   "prior_coverage"]
+#: optional thresholds (absent: no rows): the demo's recipe criterion, NoDef's training fit
+OPTIONAL_THRESHOLD_KEYS = ["nodef_train_acc"]
 _TOL = 1e-9  # a value exactly at its threshold compares as at it, not as a float below it
 
 #: what to do when a check fails (the WARNING line of the job's log)
@@ -53,6 +57,8 @@ ADVICE = {
                            "(defenses.*.change_threshold_epoch, mask_lr)",
     "test_acc_vs_nodef": "retrain longer (defenses.{defense}.training.epochs) or keep more "
                          "pixels",
+    "nodef_train_acc": "the cell's recipe underfits: give it more epochs (an `overrides` entry "
+                       "on its architecture or dataset, config/demo.yaml)",
     "early_stop_val_acc_gap": "the early-stopped NoDef's validation accuracy is not comparable "
                               "to its target's: validate more often or train longer "
                               "(defenses.{defense}.training.eval_every / epochs)",
@@ -73,7 +79,8 @@ def thresholds(config: Mapping[str, Any]) -> dict[str, float]:
     missing = [k for k in THRESHOLD_KEYS if k not in section]
     if missing:
         raise ConfigError(f"invalid configuration: preconditions: keys {missing} missing")
-    return {k: float(section[k]) for k in THRESHOLD_KEYS}
+    return {k: float(section[k]) for k in THRESHOLD_KEYS + OPTIONAL_THRESHOLD_KEYS
+            if k in section}
 
 
 def cell_prefix(dataset: str, architecture: str) -> str:
@@ -315,6 +322,14 @@ def check_preconditions(summary: pd.DataFrame, metrics: Mapping[str, Mapping[str
             rows.append(_row("Unseen-Pixels", name, "test_acc_vs_nodef", mine - base,
                              f">= -{drop:g} (test acc - NoDef's)",
                              mine - base >= -drop - _TOL, note))
+        if ("nodef_train_acc" in th and r["defense"] in nodef
+                and _missing(r.get("replicate"))):  # the grid's NoDef of each cell
+            value = r.get("train_acc")
+            rows.append(_row("recipe", name, "nodef_train_acc", value,
+                             f">= {th['nodef_train_acc']:g}",
+                             not _missing(value) and value >= th["nodef_train_acc"] - _TOL,
+                             "the cell's NoDef fits its training data (un-augmented training "
+                             "accuracy): the recipe criterion of config/demo.yaml"))
         if r["defense"] in early_stopped:
             rows.append(_early_stop_row(name, m, summary, r, th["unseen_pixels_test_acc_drop"]))
     rows += prior_rows(priors or {}, config)
