@@ -327,8 +327,9 @@ def test_bf16_autocast_trains_and_keeps_atats_pgd_in_float32(data_root, tmp_path
     assert all(v.dtype == torch.float32 for v in _weights(tmp_path / "bf16.pt").values()
                if v.is_floating_point())
     assert 0 <= metrics["test_acc"] <= 1
+    fp32 = run(spec(data_root, ATAT, epochs=1), tmp_path, "fp32")
     assert metrics["history"][0]["train_loss"] == pytest.approx(
-        run(spec(data_root, ATAT, epochs=1), tmp_path, "fp32")["history"][0]["train_loss"], rel=0.05)
+        fp32["history"][0]["train_loss"], rel=0.05)
 
 
 def test_channels_last_trains_the_same_model_up_to_float_order(data_root, tmp_path):

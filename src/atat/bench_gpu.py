@@ -25,8 +25,8 @@ centre crop), random weights (no artefact needed):
   latents: images·steps/s, and seconds per attacked image for the config's ``steps``
   (the candidate search and final selection not included).
 * ``tf32/<where>``: whether TF32 is off in every forward inside PGD (AT-AT's training step;
-  also autocast off there under ``bf16_autocast``) and AutoAttack, and the backend flags of the training forwards around them (as configured:
-  PyTorch's defaults). Pass/fail lines; on CPU the flags are read the same way, but TF32 does
+  also autocast off there under ``bf16_autocast``) and AutoAttack, and the backend flags of the
+  training forwards around them (as configured: PyTorch's defaults). Pass/fail lines; on CPU the flags are read the same way, but TF32 does
   not exist there.
 
 ``--quick`` shrinks every shape (a check that the benchmark runs; numbers not meaningful).
