@@ -26,8 +26,8 @@ centre crop), random weights (no artefact needed):
   (the candidate search and final selection not included).
 * ``tf32/<where>``: whether TF32 is off in every forward inside PGD (AT-AT's training step;
   also autocast off there under ``bf16_autocast``) and AutoAttack, and the backend flags of the
-  training forwards around them (as configured: PyTorch's defaults). Pass/fail lines; on CPU the flags are read the same way, but TF32 does
-  not exist there.
+  training forwards around them (as configured: PyTorch's defaults). Pass/fail lines; on CPU
+  the flags are read the same way, but TF32 does not exist there.
 
 ``--quick`` shrinks every shape (a check that the benchmark runs; numbers not meaningful).
 Table on the terminal, CSV in ``results/bench/bench_gpu.csv``.
