@@ -20,7 +20,7 @@ venv: $(VENV)/.installed
 # that finishes still wakes the scheduler at once. Last, the HTML report of every table and
 # figure the run built (results/report.html).
 demo: venv
-	$(VENV)/bin/snakemake all --configfile config/demo.yaml --cores $(CORES) --keep-going --rerun-incomplete --show-failed-logs --max-jobs-per-timespan 1000/60s --logger rich --set-threads train_model=1 autoattack=1 invert=1 measure_hsic=1 train_generator=1 train_evaluation_model=1 train_face_embedding=1
+	$(VENV)/bin/snakemake all --configfile config/demo.yaml --cores $(CORES) --keep-going --rerun-incomplete --show-failed-logs --max-jobs-per-timespan 1000/60s --logger rich --set-threads train_model=1 autoattack=1 invert=1 measure_hsic=1 train_generator=1 train_evaluation_model=1 train_face_embedding=1 train_instrument_classifier=1
 	-$(VENV)/bin/python -m atat.critical_path
 	$(VENV)/bin/snakemake --report results/report.html --configfile config/demo.yaml
 

@@ -33,7 +33,8 @@ pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 # what profiles/slurm-test sets: one thread per job, so local and SLURM runs sum floats in the
 # same order and produce identical numbers
 THREADS = ["--set-threads", "train_model=1", "autoattack=1", "measure_hsic=1",
-           "train_evaluation_model=1", "train_face_embedding=1", "train_generator=1", "invert=1"]
+           "train_evaluation_model=1", "train_face_embedding=1", "train_instrument_classifier=1",
+           "train_generator=1", "invert=1"]
 # A targeted rebuild (the README's `snakemake --profile slurm results/tables/<table>`): data,
 # both models, AutoAttack at both epsilons (one job per model), summary, one table. That is every kind of job the
 # profile routes (CPU and GPU rules) and keeps the test to a few minutes on 2 cores.

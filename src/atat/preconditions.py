@@ -206,9 +206,15 @@ def prior_rows(priors: Mapping[str, Mapping[str, Any] | None], config: Mapping[s
                                  f">= {th[f'prior_{stat}']:g}", False,
                                  f"no {stat} in the quality record: rerun rule prior_quality"))
                 continue
-            s = {k: _num(v) for k, v in q[stat].items()}
+            s = {k: _num(v) for k, v in q[stat].items() if k != "members"}
             n = q["n_recall"] if stat == "coverage" else q["n_samples"]
-            note = (f"prior {s['prior']:.3f} (n={n}), ceiling {s['ceiling']:.3f} (held-out "
+            note = ""
+            if int(q.get("classifiers", 1)) > 1:
+                members = " / ".join(f"{_num(v):.2f}" for v in q[stat]["members"])
+                note = (f"median of {q['classifiers']} public classifiers (seeds "
+                        f"{', '.join(str(r['classifier_seed']) for r in q['classifier_records'])}"
+                        f"; normalised each {members}): ")
+            note += (f"prior {s['prior']:.3f} (n={n}), ceiling {s['ceiling']:.3f} (held-out "
                     f"real public images, n={q['n_heldout']}), floor {s['floor']:.3f} "
                     f"(per-pixel Gaussian); normalised (prior - floor) / (ceiling - floor)")
             if stat == "recognition":
@@ -217,7 +223,7 @@ def prior_rows(priors: Mapping[str, Mapping[str, Any] | None], config: Mapping[s
             else:
                 note += f"; k = {q['k']}, {q['n_reference']} real reference images"
             if stat == "coverage" and isinstance(q.get("recall"), Mapping):
-                r = {k: _num(v) for k, v in q["recall"].items()}
+                r = {k: _num(v) for k, v in q["recall"].items() if k != "members"}
                 note += (f"; improved recall (reported only) prior {r['prior']:.3f}, ceiling "
                          f"{r['ceiling']:.3f}, floor {r['floor']:.3f}")
             if math.isnan(s["normalised"]) and s["ceiling"] <= s["floor"]:

@@ -434,6 +434,34 @@ def public_classifier_file(dataset):
     return f"results/face_embedding/{dataset}/model.pt"
 
 
+def face_embedding_spec(dataset, seed=None):
+    """Settings of the public pool's classifier of ``dataset`` (rule train_face_embedding), or of
+    the prior-quality instrument's member trained with ``seed`` (rule
+    train_instrument_classifier)."""
+    resume = f"results/.resume/face_embedding/{dataset}"
+    return dict(
+        dataset_dir=dataset_dir(dataset),
+        architecture=FACE_CFG.get("architecture", "resnet18"),
+        resolution=int(FACE_CFG["resolution"]),
+        training=dict(FACE_CFG.get("training") or {}),
+        augmentation=config["augmentation"],
+        seed=int(FACE_CFG.get("seed", 0)) if seed is None else int(seed),
+        num_workers=int(config["training"].get("num_workers", 0)),
+        resume_path=f"{resume}/resume.pt" if seed is None else f"{resume}/seed{seed}/resume.pt",
+    )
+
+
+def prior_instrument_files(dataset, kind="model.pt"):
+    """The ``kind`` files (model.pt, metrics.json) of the public classifiers that judge the
+    priors trained on ``dataset`` (rule prior_quality): the face embedding's classifier, then
+    ``preconditions.prior_quality.classifiers`` - 1 more, seeds face_embedding.seed + 1, 2, ..."""
+    first = int(FACE_CFG.get("seed", 0))
+    n = int(config["preconditions"]["prior_quality"]["classifiers"])
+    return [f"results/face_embedding/{dataset}/{kind}"] + [
+        f"results/face_embedding/{dataset}/seed{first + i}/{kind}" for i in range(1, n)
+    ]
+
+
 def face_network_file(dataset):
     """The δ_face network of ``dataset`` for atat.inversion.evaluation.load_face_network, or
     None for non-face datasets (δ_face is NaN there, paper I.2)."""

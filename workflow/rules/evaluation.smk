@@ -44,16 +44,7 @@ rule train_face_embedding:
         # every synthetic dataset has a public pool to train it on (faces and dogs alike)
         dataset=_alt(SYNTH if FACE_CFG.get("source") == "public_classifier" else []),
     params:
-        spec=lambda wc: dict(
-            dataset_dir=dataset_dir(wc.dataset),
-            architecture=FACE_CFG.get("architecture", "resnet18"),
-            resolution=int(FACE_CFG["resolution"]),
-            training=dict(FACE_CFG.get("training") or {}),
-            augmentation=config["augmentation"],
-            seed=int(FACE_CFG.get("seed", 0)),
-            num_workers=int(config["training"].get("num_workers", 0)),
-            resume_path=f"results/.resume/face_embedding/{wc.dataset}/resume.pt",
-        ),
+        spec=lambda wc: face_embedding_spec(wc.dataset),
     log:
         "logs/face_embedding/{dataset}.log",
     benchmark:
@@ -61,6 +52,34 @@ rule train_face_embedding:
     # Critical path: every inversion job waits for this one, so it starts as soon as its
     # input exists instead of after the training and AutoAttack jobs (issue 16).
     priority: 50
+    threads: 4
+    resources:
+        mem_mb=8000,
+        runtime=4 * 60,
+    conda:
+        "../../envs/torch.yaml"
+    script:
+        "../scripts/train_face_embedding.py"
+
+
+rule train_instrument_classifier:
+    # The prior-quality instrument's further members (preconditions.prior_quality.classifiers,
+    # atat.inversion.prior_quality): the public pool's classifier of rule train_face_embedding
+    # retrained with another seed. Only rule prior_quality reads them; no attack does.
+    input:
+        dataset=lambda wc: dataset_dir(wc.dataset),
+    output:
+        model="results/face_embedding/{dataset}/seed{seed}/model.pt",
+        metrics="results/face_embedding/{dataset}/seed{seed}/metrics.json",
+    wildcard_constraints:
+        dataset=_alt(SYNTH if FACE_CFG.get("source") == "public_classifier" else []),
+        seed=r"\d+",
+    params:
+        spec=lambda wc: face_embedding_spec(wc.dataset, int(wc.seed)),
+    log:
+        "logs/face_embedding/{dataset}_seed{seed}.log",
+    benchmark:
+        "benchmarks/face_embedding/{dataset}_seed{seed}.tsv"
     threads: 4
     resources:
         mem_mb=8000,

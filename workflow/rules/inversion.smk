@@ -60,11 +60,11 @@ rule prior_quality:
     # table (atat.inversion.prior_quality; issue 17 item 5). Only where that classifier exists.
     input:
         generator="results/generators/{generator}.pkl",
-        face=lambda wc: public_classifier_file(
+        face=lambda wc: prior_instrument_files(
             config["generators"][wc.generator]["train"]["dataset"]
         ),
-        face_metrics=lambda wc: "results/face_embedding/{}/metrics.json".format(
-            config["generators"][wc.generator]["train"]["dataset"]
+        face_metrics=lambda wc: prior_instrument_files(
+            config["generators"][wc.generator]["train"]["dataset"], "metrics.json"
         ),
         dataset=lambda wc: dataset_dir(config["generators"][wc.generator]["train"]["dataset"]),
     output:
