@@ -341,6 +341,8 @@ def test_preconditions_table_is_a_target_of_all(tmp_path, overlay):
     # the prior's quality: measured for the demo's trained priors (faces, dog breeds), not for
     # the paper's downloads
     assert counts.get("prior_quality") == ("2" if overlay else None)
+    # ... each judged by 5 public classifiers: the face embedding's and 4 more seeds
+    assert counts.get("train_instrument_classifier") == ("8" if overlay else None)
 
 
 def test_the_config_must_have_the_preconditions_section_and_in_bounds():
@@ -354,6 +356,11 @@ def test_the_config_must_have_the_preconditions_section_and_in_bounds():
     bad["preconditions"]["permuted_train_acc"] = 1.5
     with pytest.raises(ConfigError, match="permuted_train_acc"):
         validate_config(bad)
+    for classifiers in (0, 26):   # the prior-quality instrument: 1 to 25 classifiers
+        bad = copy.deepcopy(CONFIG)
+        bad["preconditions"]["prior_quality"]["classifiers"] = classifiers
+        with pytest.raises(ConfigError, match="classifiers"):
+            validate_config(bad)
 
 
 def test_dose_response_variants_are_not_checked_as_the_papers_at_at():

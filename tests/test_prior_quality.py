@@ -212,6 +212,58 @@ def test_settings_name_the_missing_key():
         pq.settings({"preconditions": {"prior_quality": {"samples": 5, "k": 3, "seed": 0}}})
 
 
+# --------------------------------------------------------------------------- several classifiers
+def _member(seed: int, rec: float, prec: float, cov: float) -> dict:
+    """A classifier's quality record with the given normalised values (prior = normalised,
+    ceiling 1, floor 0)."""
+    stats = {"recognition": rec, "precision": prec, "coverage": cov, "recall": 0.5}
+    rec_ = {st: {"prior": v, "ceiling": 1.0, "floor": 0.0, "normalised": v}
+            for st, v in stats.items()}
+    return {**rec_, "identities_recognised": {"prior": 10 + seed, "ceiling": 20, "floor": seed},
+            "notes": [f"note {seed}"] if seed == 1 else [], "n_samples": 50, "n_recall": 8,
+            "n_reference": 40, "n_heldout": 8, "n_identities": 20, "k": 3, "confidence": 0.5,
+            "seed": 0, "classifier_seed": seed}
+
+
+def test_several_classifiers_are_combined_by_their_median():
+    members = [_member(0, 0.48, 0.90, 0.52), _member(1, 0.42, -0.71, 0.60),
+               _member(2, 0.70, 0.63, 0.74), _member(3, 0.10, 0.36, 0.53),
+               _member(4, 0.55, math.nan, 0.61)]
+    q = pq.combine(members)
+    assert q["recognition"]["normalised"] == pytest.approx(0.48)
+    assert q["recognition"]["prior"] == pytest.approx(0.48) and q["recognition"]["ceiling"] == 1
+    # a NaN member (a classifier that does not tell real faces from the floor) is left out
+    # of the median while more than half the members are finite
+    assert q["precision"]["normalised"] == pytest.approx((0.36 + 0.63) / 2)
+    assert q["coverage"]["normalised"] == pytest.approx(0.60)
+    assert q["recognition"]["members"] == [0.48, 0.42, 0.70, 0.10, 0.55]
+    assert q["classifiers"] == 5 and [r["classifier_seed"] for r in q["classifier_records"]] \
+        == [0, 1, 2, 3, 4]
+    assert q["identities_recognised"] == {"prior": 12, "ceiling": 20, "floor": 2}
+    assert q["notes"] == ["classifier 1: note 1"] and q["n_samples"] == 50
+    # ... and one outlying classifier no longer decides the verdict, which it did alone
+    rows = {r["check"]: r for r in pc.prior_rows({"g": json.loads(json.dumps(pq._finite(q)))},
+                                                 CONFIG)}
+    assert not bool(rows["prior_recognition"]["passed"])      # 0.48: 0.70 alone would pass
+    assert not bool(rows["prior_precision"]["passed"])        # 0.495: 0.90 alone would pass
+    assert bool(rows["prior_coverage"]["passed"])
+    assert rows["prior_recognition"]["note"].startswith(
+        "median of 5 public classifiers (seeds 0, 1, 2, 3, 4; normalised each 0.48 / 0.42 / "
+        "0.70 / 0.10 / 0.55): prior 0.480")
+    alone = pc.prior_rows({"g": members[2]}, CONFIG)
+    assert bool(alone[0]["passed"]) and alone[0]["note"].startswith("prior 0.700")
+
+
+def test_a_median_needs_more_than_half_of_the_classifiers_finite():
+    members = [_member(0, math.nan, 0.9, 0.5), _member(1, math.nan, 0.8, 0.5),
+               _member(2, 0.7, 0.7, 0.5), _member(3, 0.6, 0.6, 0.5)]
+    q = pq.combine(members)
+    assert math.isnan(q["recognition"]["normalised"])        # 2 of 4 finite: no verdict
+    assert q["precision"]["normalised"] == pytest.approx(0.75)
+    with pytest.raises(ValueError, match="no classifier records"):
+        pq.combine([])
+
+
 # --------------------------------------------------------------------------- files
 def test_the_rule_path_from_files_writes_a_strict_json_record(tmp_path):
     """A synthfaces public pool, a 1-epoch public classifier and an untrained generator pickle
@@ -242,6 +294,31 @@ def test_the_rule_path_from_files_writes_a_strict_json_record(tmp_path):
         value = back[stat]["normalised"]
         assert rows[f"prior_{stat}"]["value"] == pytest.approx(value if value is not None
                                                                else math.nan, nan_ok=True)
+
+    # the instrument of several classifiers: a second one trained with another seed
+    train_face_embedding(tmp_path / "ds", out_model=tmp_path / "face1.pt",
+                         out_metrics=tmp_path / "face1.json", resolution=32, seed=1,
+                         training={"epochs": 1, "batch_size": 8, "lr_milestones": []},
+                         progress=False)
+    both = pq.prior_quality(tmp_path / "g.pkl", [tmp_path / "face.pt", tmp_path / "face1.pt"],
+                            [tmp_path / "face.json", tmp_path / "face1.json"], tmp_path / "ds",
+                            tmp_path / "g2.quality.json",
+                            config_settings={**pq.settings(CONFIG), "samples": 64})
+    assert both["classifiers"] == 2 and both["face_model"] == [str(tmp_path / "face.pt"),
+                                                                str(tmp_path / "face1.pt")]
+    assert [r["classifier_seed"] for r in both["classifier_records"]] == [0, 1]
+    first = both["classifier_records"][0]   # the first classifier measures as it does alone
+    for stat in pq.STATISTICS:
+        assert first[stat] == pytest.approx(record[stat], nan_ok=True)
+        pair = [r[stat]["normalised"] for r in both["classifier_records"]]
+        assert both[stat]["members"] == pytest.approx(pair, nan_ok=True)
+    back2 = json.loads((tmp_path / "g2.quality.json").read_text())
+    assert "median of 2 public classifiers (seeds 0, 1;" in pc.prior_rows(
+        {"g": back2}, CONFIG)[0]["note"]
+    with pytest.raises(ValueError, match="one metrics.json per classifier"):
+        pq.prior_quality(tmp_path / "g.pkl", [tmp_path / "face.pt", tmp_path / "face1.pt"],
+                         [tmp_path / "face.json"], tmp_path / "ds", tmp_path / "g3.json",
+                         config_settings=pq.settings(CONFIG))
 
 
 def _untrained_generator_at(resolution: int) -> Generator:

@@ -453,7 +453,7 @@ def face_embedding_spec(dataset, seed=None):
 
 def prior_instrument_files(dataset, kind="model.pt"):
     """The ``kind`` files (model.pt, metrics.json) of the public classifiers that judge the
-    priors trained on ``dataset`` (rule prior_quality): the face embedding's classifier, then
+    priors trained on ``dataset`` in rule prior_quality -- the face embedding's classifier, then
     ``preconditions.prior_quality.classifiers`` - 1 more, seeds face_embedding.seed + 1, 2, ..."""
     first = int(FACE_CFG.get("seed", 0))
     n = int(config["preconditions"]["prior_quality"]["classifiers"])
