@@ -150,7 +150,7 @@ def test_defense_patch_applies_per_cell(demo):
     dn = defense_params(demo, "negls", ("synthfaces", "densenet47"))
     rn = defense_params(demo, "negls", ("synthfaces", "resnet18"))
     assert dn["schedule_epochs"] == training_params(demo, "synthfaces", "densenet47",
-                                                   "negls")["epochs"] == 24
+                                                   "negls")["epochs"] == 25
     assert rn["schedule_epochs"] == training_params(demo, "synthfaces", "resnet18",
                                                    "negls")["epochs"] == 10
     assert dn["type"] == rn["type"] == "negls" and "training" not in dn
