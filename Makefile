@@ -11,7 +11,7 @@ $(VENV)/.installed: pyproject.toml
 	$(VENV)/bin/pip install --quiet -e .
 	touch $@
 
-.PHONY: venv demo test test-all test-paper-shapes dry-run-paper bench bench-gpu float-paths
+.PHONY: venv demo test test-all test-paper-shapes dry-run-paper bench bench-gpu float-paths readme-tables
 venv: $(VENV)/.installed
 
 # --max-jobs-per-timespan 1000/60s: Snakemake's default (100/1s) re-runs its scheduler every
@@ -60,3 +60,10 @@ bench-gpu: venv
 # (src/atat/float_paths.py; table on the terminal, CSV in results/bench/float_paths.csv).
 float-paths: venv
 	$(VENV)/bin/python -m atat.float_paths
+
+# The README's quoted tables (claims, preconditions, seed variation, Table 21: the blocks between
+# `<!-- from results/... -->` and `<!-- end ... -->`) replaced by a run's files, verbatim; RUN is
+# the directory that ran `make demo` (default: this one). The prose around them stays by hand.
+RUN ?= .
+readme-tables: venv
+	$(VENV)/bin/python -m atat.readme_blocks README.md --root $(RUN)
