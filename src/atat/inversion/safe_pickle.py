@@ -387,6 +387,25 @@ _WRITE_AS = {
 
 
 class _PersistencePickler(pickle._Pickler):  # pure-python pickler: save_global overridable
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._storages = 0
+
+    def reducer_override(self, obj):
+        """A storage as torch pickles it (``_load_from_bytes`` of its legacy serialisation,
+        the layout of NVIDIA's pickles), with its key -- torch writes the storage's memory
+        address -- replaced by a counter of the same width, so the same weights give the same
+        bytes in every process (a re-run or resumed prior is byte-identical, not only equal)."""
+        if not isinstance(obj, torch.storage.TypedStorage):
+            return NotImplemented
+        fn, (blob,) = obj.__reduce__()
+        key = str(obj._untyped_storage._cdata).encode("ascii")
+        self._storages += 1
+        stable = str(self._storages).zfill(len(key)).encode("ascii")
+        if len(stable) != len(key) or blob.count(key) < 2:
+            return fn, (blob,)  # an unexpected layout: torch's own bytes, still loadable
+        return fn, (blob.replace(key, stable, 2),)  # the object record and the key list
+
     def save_global(self, obj, name=None):
         spec = _WRITE_AS.get(id(obj))
         if spec is None:
