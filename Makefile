@@ -61,9 +61,9 @@ bench-gpu: venv
 float-paths: venv
 	$(VENV)/bin/python -m atat.float_paths
 
-# The README's quoted tables (claims, preconditions, seed variation, Table 21, dose-response: the blocks
-# between `<!-- from results/... -->` and `<!-- end ... -->`) replaced by a run's files, verbatim; RUN is
-# the directory that ran `make demo` (default: this one). The prose around them stays by hand.
+# The README's quoted tables (the blocks between `<!-- from results/... -->` and `<!-- end ... -->`)
+# replaced by a run's files, verbatim; RUN is the directory that ran `make demo` (default: this
+# one). The prose around them stays by hand.
 RUN ?= .
 readme-tables: venv
 	$(VENV)/bin/python -m atat.readme_blocks README.md --root $(RUN)
