@@ -233,14 +233,14 @@ def test_tune_generator(measure):
 def test_run_ppdg_structure_and_original_untouched(monkeypatch):
     G, D, tm, perc = _G(), _D(), _target(), _perceptual()
     g0, d0, t0 = _state(G), _state(D), _state(tm)
-    seen = []          # (class, round-call index, synthesis state) at each candidate search
+    seen = []          # (class, synthesis state, the generator copy itself) at each candidate search
     tuned = {}         # class -> generator state right after tuning
     real_cs, real_tune = ppdg.candidate_search, ppdg.tune_generator
 
     w_avg_moves = []
 
     def spy_cs(Gc, *a, **k):
-        seen.append((a[1][0], _state(Gc), id(Gc)))
+        seen.append((a[1][0], _state(Gc), Gc))   # the object, not id(): a freed copy's id can be reused
         before = Gc.mapping.w_avg.clone()
         out = real_cs(Gc, *a, **k)
         w_avg_moves.append(not torch.equal(before, Gc.mapping.w_avg))
@@ -267,13 +267,13 @@ def test_run_ppdg_structure_and_original_untouched(monkeypatch):
     assert [c for c, _, _ in seen] == [1, 1, 2, 2]
     for r1, r2 in ((0, 1), (2, 3)):
         assert _same(seen[r1][1], g0)                      # round 1: the original G
-        assert seen[r1][2] == seen[r2][2]                  # same per-class copy
+        assert seen[r1][2] is seen[r2][2]                  # same per-class copy
         # round 2 uses the tuned G (w_avg nudged once by the train-mode mapping call)
         tuned_state = tuned[r1 + 1]
         assert not _same(seen[r2][1], g0)
         assert _same({k: v for k, v in seen[r2][1].items() if k != "mapping.w_avg"},
                      {k: v for k, v in tuned_state.items() if k != "mapping.w_avg"})
-    assert seen[0][2] != seen[2][2]
+    assert seen[0][2] is not seen[2][2]
     # eval-mode G in round 1; the tuned G stays in train mode, so round 2's mapping call
     # nudges w_avg once (spec §4.2 h)
     assert w_avg_moves == [False, True, False, True]
