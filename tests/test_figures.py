@@ -27,6 +27,9 @@ DEFENSES = {"nodef": "nodef", "nodef_es": "nodef", "mid": "mid", "bido": "bido",
             "unseen_pixels_gl": "pixel_mask", "unseen_pixels_agl": "pixel_mask",
             "unseen_pixels": "pixel_mask"}
 
+#: what Figure 4 plots of them: NoDef, the seven baselines and AT-AT (each its own model)
+FIGURE4 = ["nodef", "mid", "bido", "tldmi", "negls", "rolss", "rolss_ssf", "trap_mid", "atat"]
+
 
 @pytest.fixture
 def saved(monkeypatch):
@@ -90,7 +93,7 @@ def test_figure4_labels_do_not_overlap_each_other_or_the_points(tmp_path, seed):
     renderer = fig.canvas.get_renderer()
     for ax in fig.axes:
         anns = [c for c in ax.get_children() if isinstance(c, matplotlib.text.Annotation)]
-        assert len(anns) == len(DEFENSES)                 # every defense labelled once
+        assert len(anns) == len(FIGURE4)                  # every plotted defense labelled once
         boxes = [_extent(a, renderer) for a in anns]
         axbox = ax.get_window_extent(renderer)
         points = [ax.transData.transform(a.xy) for a in anns]
@@ -122,6 +125,37 @@ def test_figure4_says_which_attack_did_not_run_on_a_cell_instead_of_empty_axes()
     notes = [t.get_text() for ax in fig.axes for t in ax.texts if "not run" in t.get_text()]
     assert notes == ["PPDG not run on\nSynthFaces-B / ResNet-18"]
     assert sum(ax.axison for ax in fig.axes) == 3
+
+
+def test_figure4_plots_atat_the_seven_baselines_and_nodef_only():
+    """§6's comparison: not the §3 experiments (permuted labels, Unseen-Pixels) nor variants
+    (BiDO**, TL-DMI-5, Trap-MID*, early-stopped NoDef, a dose-response λ)."""
+    df = crowded_summary()
+    df = pd.concat([df, df[df["defense"] == "atat"].assign(defense="atat_w1")],
+                   ignore_index=True)
+    fig, n = figures._accuracy_vs_privacy_figure(df, attacks=["ppa"], metrics=["attacc1"],
+                                                 architecture="resnet18")
+    names = {t.get_text() for t in fig.axes[0].get_children()
+             if isinstance(t, matplotlib.text.Annotation)}
+    assert names == {figures.label(figures.DEFENSE_LABELS, d) for d in FIGURE4}
+    assert len(fig.axes[0].collections) == len(FIGURE4)
+
+
+def test_figure4_stacks_attack_metric_rows_over_one_column_per_dataset():
+    """Panels grow downwards (one row per attack and metric, one column per dataset), so the
+    figure stays a screen wide however many metrics there are."""
+    df = crowded_summary()
+    df = pd.concat([df, df.assign(dataset="synthfaces_b")], ignore_index=True)
+    fig, n = figures._accuracy_vs_privacy_figure(df, attacks=["ppa", "ifgmi"],
+                                                 metrics=["attacc1", "dist_face"],
+                                                 architecture="resnet18")
+    assert n == 8
+    assert fig.axes[0].get_subplotspec().get_geometry()[:2] == (4, 2)
+    grid = [[ax for ax in fig.axes if ax.get_subplotspec().rowspan.start == r] for r in range(4)]
+    assert [[ax.get_title() for ax in row] for row in grid] == \
+        [["SynthFaces / ResNet-18", "SynthFaces-B / ResNet-18"]] * 4
+    assert [row[0].get_ylabel().split("\n")[0] for row in grid] == [
+        "PPA AttAcc@1", "PPA δ_face (squared L2)", "IF-GMI AttAcc@1", "IF-GMI δ_face (squared L2)"]
 
 
 def test_place_labels_spreads_labels_of_coincident_points():

@@ -35,13 +35,12 @@ import numpy as np
 import pandas as pd
 
 from atat import io
-from atat.paper import DEFENSE_LABELS, claims_cell, label, output, section3_roles
+from atat.paper import (BASELINE_TYPES, DEFENSE_LABELS, claims_cell, label, output,
+                        section3_roles)
 
 #: The columns of results/tables/claims.csv.
 COLUMNS = ["claim", "section", "statement", "paper", "run", "verdict", "basis"]
 VERDICTS = ("supported", "consistent", "inconclusive", "contradicted", "not testable")
-#: Paper §2's seven baselines (generic and gradient-suppressing), by defense type.
-BASELINE_TYPES = ("mid", "bido", "tldmi", "negls", "rolss", "rolss_ssf", "trap_mid")
 #: Paper §3: "Neither BiDO nor the defenses TL-DMI and NegLS ... significantly decrease HSIC".
 HSIC_CLAIM_TYPES = ("bido", "tldmi", "negls")
 

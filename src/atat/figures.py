@@ -24,8 +24,8 @@ import pandas as pd  # noqa: E402
 
 from atat import io  # noqa: E402
 from atat.summary import robust_column  # noqa: E402
-from atat.paper import (ARCH_LABELS, ATTACK_NAMES, DATASET_LABELS,  # noqa: E402
-                        DEFENSE_LABELS, label)
+from atat.paper import (ARCH_LABELS, ATTACK_NAMES, BASELINE_TYPES,  # noqa: E402
+                        DATASET_LABELS, DEFENSE_LABELS, label)
 
 #: Saved resolution of every figure (dots per inch) and the smallest font size used (points).
 DPI = 120
@@ -307,6 +307,10 @@ def metric_label(column: str) -> str:
     return column
 
 
+#: The defense types Figure 4 plots (paper §6: "AT-AT (red points) to baselines").
+FIGURE4_TYPES = ("nodef", *BASELINE_TYPES, "atat")
+
+
 def _accuracy_vs_privacy_figure(summary: pd.DataFrame, *, attacks: Sequence[str],
                                 metrics: Sequence[str], architecture: str | None):
     """The figure of :func:`accuracy_vs_privacy`, labels placed, not saved: ``(fig, n)``."""
@@ -315,24 +319,26 @@ def _accuracy_vs_privacy_figure(summary: pd.DataFrame, *, attacks: Sequence[str]
         df = df[df["treatment"].isna()]
     if architecture is not None:
         df = df[df["architecture"] == architecture]
+    # §6's comparison: AT-AT and the seven baselines, NoDef as the reference; each the grid's
+    # own model (a variant is named apart from its type: BiDO**, a dose-response λ), not §3's
+    # experiments (permuted labels, Unseen-Pixels), which have their own Table 3 and Figure 1
+    df = df[(df["defense"] == df["defense_type"]) & df["defense_type"].isin(FIGURE4_TYPES)]
     present = {(a, m) for a in attacks for m in metrics if f"{a}_{m}" in df.columns
                and df[f"{a}_{m}"].notna().any()}
     datasets = sorted(df["dataset"].unique())
     if not present or not datasets:
         raise ValueError("no inversion metric columns in the summary: nothing to plot")
-    # one row per attack, one column per (metric, dataset): a grid like the paper's Fig. 4
-    rows = [a for a in attacks if any((a, m) in present for m in metrics)]
-    cols = [(m, d) for m in metrics if any((a, m) in present for a in attacks) for d in datasets]
-    fig, axes = plt.subplots(len(rows), len(cols), squeeze=False,
-                             figsize=(4.6 * len(cols), 3.8 * len(rows)))
+    # one row per (attack, metric), one column per dataset: the paper's Fig. 4 panels, stacked
+    # so that the figure grows downwards (a report scrolls; 15 panels side by side did not fit
+    # a screen's width at a readable size)
+    rows = [(a, m) for a in attacks for m in metrics if (a, m) in present]
+    fig, axes = plt.subplots(len(rows), len(datasets), squeeze=False,
+                             figsize=(4.6 * len(datasets), 3.8 * len(rows)))
     drawn = 0
     to_label = []
-    for i, attack in enumerate(rows):
-        for j, (metric, dataset) in enumerate(cols):
+    for i, (attack, metric) in enumerate(rows):
+        for j, dataset in enumerate(datasets):
             ax = axes[i][j]
-            if (attack, metric) not in present:
-                ax.axis("off")
-                continue
             col = f"{attack}_{metric}"
             name, lower_private = PRIVACY_METRICS.get(metric, (metric, True))
             part = df[df["dataset"] == dataset].groupby(["defense", "defense_type"],
@@ -378,8 +384,9 @@ def accuracy_vs_privacy(summary: pd.DataFrame, out_png: str | Path, *,
                         attacks: Sequence[str] = ("ppa", "ifgmi", "ppdg"),
                         metrics: Sequence[str] = ("attacc1",),
                         architecture: str | None = "resnet152") -> int:
-    """Figure 4: clean test accuracy (x) against each privacy metric (y) for every defense,
-    one row of panels per attack and one column per (metric, dataset); AT-AT in red and larger.
+    """Figure 4: clean test accuracy (x) against each privacy metric (y) for AT-AT, the seven
+    baselines and NoDef (:data:`FIGURE4_TYPES`, each cell's own model of each),
+    one row of panels per (attack, metric) and one column per dataset; AT-AT in red and larger.
     Each point is labelled with its defense, the labels placed so that none overlaps another
     or a point (:func:`place_labels`; a leader line joins a label set away from its point).
     Only attack/metric columns present in ``summary`` are drawn; returns the number of panels

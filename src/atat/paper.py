@@ -102,6 +102,9 @@ DEFENSE_LABELS = DefenseLabels({"nodef": "NoDef", "atat": "AT-AT", "mid": "MID",
                   "permuted": "NoDef, permuted labels", "unseen_pixels": "Unseen-Pixels",
                   "unseen_pixels_gl": "Unseen-Pixels mask stage 1 (GL)",
                   "unseen_pixels_agl": "Unseen-Pixels mask stage 2 (AGL)"})
+#: Paper §2's seven baselines (generic and gradient-suppressing), by defense type: what §6
+#: compares AT-AT with (the claims, Figure 4).
+BASELINE_TYPES = ("mid", "bido", "tldmi", "negls", "rolss", "rolss_ssf", "trap_mid")
 ARCH_LABELS = {"resnet18": "ResNet-18", "resnet152": "ResNet-152", "densenet169": "DenseNet-169",
                "resnet10": "ResNet-10", "densenet47": "DenseNet-47"}
 DATASET_LABELS = {"facescrub": "FaceScrub", "celeba": "CelebA", "stanford_dogs": "Stanford Dogs",
