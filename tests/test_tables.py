@@ -424,6 +424,14 @@ def test_stats_targets_follow_config():
                        "autoattack": {"epsilons": [0.031, 1e-5]}}, reg, runs)
     assert "results/tables/table15.md" in t and "results/tables/table5.md" not in t
     assert not any("figure2" in x or "cost_of_privacy" in x for x in t)
+    # Figure 4 (AT-AT, the seven baselines and NoDef on the main architecture): planned only
+    # where it has a point
+    assert "results/figures/figure4_accuracy_vs_privacy.png" in t
+    other = _runs(("facescrub", "resnet152", "tldmi5", None), ("celeba", "resnet18", "mid", None))
+    t4 = stats_targets({"inversion": {"attacks": ["ppa"]}, "causal": None, "autoattack": aa,
+                        "defenses": {"tldmi5": {"type": "tldmi"}, "mid": {"type": "mid"}}},
+                       reg, other)
+    assert not any("figure4" in x for x in t4)
     # models of no sample's dataset (the synthetic demo): no regression output at all
     demo = _runs(("synthfaces", "resnet18", "nodef", None), ("synthfaces", "resnet18", "mid", None))
     t = stats_targets({"inversion": {"attacks": ["ppa"]}, "causal": None, "autoattack": aa},

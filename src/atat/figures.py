@@ -24,8 +24,8 @@ import pandas as pd  # noqa: E402
 
 from atat import io  # noqa: E402
 from atat.summary import robust_column  # noqa: E402
-from atat.paper import (ARCH_LABELS, ATTACK_NAMES, BASELINE_TYPES,  # noqa: E402
-                        DATASET_LABELS, DEFENSE_LABELS, label)
+from atat.paper import (ARCH_LABELS, ATTACK_NAMES, DATASET_LABELS,  # noqa: E402
+                        DEFENSE_LABELS, FIGURE4_TYPES, label)
 
 #: Saved resolution of every figure (dots per inch) and the smallest font size used (points).
 DPI = 120
@@ -307,10 +307,6 @@ def metric_label(column: str) -> str:
     return column
 
 
-#: The defense types Figure 4 plots (paper §6: "AT-AT (red points) to baselines").
-FIGURE4_TYPES = ("nodef", *BASELINE_TYPES, "atat")
-
-
 def _accuracy_vs_privacy_figure(summary: pd.DataFrame, *, attacks: Sequence[str],
                                 metrics: Sequence[str], architecture: str | None):
     """The figure of :func:`accuracy_vs_privacy`, labels placed, not saved: ``(fig, n)``."""
@@ -385,7 +381,7 @@ def accuracy_vs_privacy(summary: pd.DataFrame, out_png: str | Path, *,
                         metrics: Sequence[str] = ("attacc1",),
                         architecture: str | None = "resnet152") -> int:
     """Figure 4: clean test accuracy (x) against each privacy metric (y) for AT-AT, the seven
-    baselines and NoDef (:data:`FIGURE4_TYPES`, each cell's own model of each),
+    baselines and NoDef (:data:`atat.paper.FIGURE4_TYPES`, each cell's own model of each),
     one row of panels per (attack, metric) and one column per dataset; AT-AT in red and larger.
     Each point is labelled with its defense, the labels placed so that none overlaps another
     or a point (:func:`place_labels`; a leader line joins a label set away from its point).

@@ -105,6 +105,9 @@ DEFENSE_LABELS = DefenseLabels({"nodef": "NoDef", "atat": "AT-AT", "mid": "MID",
 #: Paper §2's seven baselines (generic and gradient-suppressing), by defense type: what §6
 #: compares AT-AT with (the claims, Figure 4).
 BASELINE_TYPES = ("mid", "bido", "tldmi", "negls", "rolss", "rolss_ssf", "trap_mid")
+#: The defense types Figure 4 plots (§6: "AT-AT (red points) to baselines"; NoDef as the
+#: reference), each the standard variant (the defense named after its type).
+FIGURE4_TYPES = ("nodef", *BASELINE_TYPES, "atat")
 ARCH_LABELS = {"resnet18": "ResNet-18", "resnet152": "ResNet-152", "densenet169": "DenseNet-169",
                "resnet10": "ResNet-10", "densenet47": "DenseNet-47"}
 DATASET_LABELS = {"facescrub": "FaceScrub", "celeba": "CelebA", "stanford_dogs": "Stanford Dogs",
@@ -468,8 +471,14 @@ def _stats(plan: Plan) -> dict[str, list[str]]:
                             if report.main_table_buildable(t, config, runs) else [])
     out["figure2"] = (["results/figures/figure2_observed_vs_predicted.png"]
                       if fits(FIGURE2_SPEC) else [])
-    out["figure4"] = (["results/figures/figure4_accuracy_vs_privacy.png"] if plan.attacks
-                      else [])
+    # Figure 4: planned when it has a point, a standard-variant model of one of its types on
+    # the main architecture that an attack reconstructs from (atat.figures.accuracy_vs_privacy)
+    arch, defenses = main_architecture(config), config.get("defenses") or {}
+    out["figure4"] = (["results/figures/figure4_accuracy_vs_privacy.png"] if any(
+        r.architecture == arch and r.defense in FIGURE4_TYPES
+        and getattr(r, "replicate", None) is None
+        and (defenses.get(r.defense) or {}).get("type", r.defense) == r.defense
+        and run_attacks(config, r) for r in runs) else [])
     return out
 
 
