@@ -150,8 +150,9 @@ def test_robustness_table_caption_states_the_attack_precision(tmp_path):
     assert f"not recorded for {len(summ)} model(s)" in (tmp_path / "d.md").read_text()
 
 
-#: results/summary.csv of the demo's run from empty at 2617f0c (2026-12-04, README): 88 target
-#: models of 6 cells, the §3 models, dose-response variants and causal replicates
+#: results/summary.csv of the demo's run from empty at 2617f0c (2026-12-04, README): its 88
+#: target models in 8 (dataset, architecture) cells, with the §3 models, the dose-response
+#: variants and the causal replicates on SynthFaces / ResNet-18
 DEMO_SUMMARY = ROOT / "tests" / "data" / "demo_summary.csv"
 
 

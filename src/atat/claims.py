@@ -35,8 +35,8 @@ import numpy as np
 import pandas as pd
 
 from atat import io
-from atat.paper import (BASELINE_TYPES, DEFENSE_LABELS, claims_cell, label, output,
-                        section3_roles)
+from atat.paper import (BASELINE_TYPES, DEFENSE_LABELS, claims_cell, is_standard_variant,
+                        label, output, section3_roles)
 
 #: The columns of results/tables/claims.csv.
 COLUMNS = ["claim", "section", "statement", "paper", "run", "verdict", "basis"]
@@ -126,8 +126,8 @@ class Inputs:
 
     def defenses_of(self, *types: str) -> list[str]:
         """The standard variant of each defense type (the defense named after its type)."""
-        d = self.config["defenses"]
-        return [t for t in types if t in d and d[t]["type"] == t]
+        return [t for t in types
+                if t in self.config["defenses"] and is_standard_variant(self.config, t)]
 
     def cell(self, defense: str, attack: str) -> pd.Series | None:
         m = self.main

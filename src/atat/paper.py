@@ -108,6 +108,16 @@ BASELINE_TYPES = ("mid", "bido", "tldmi", "negls", "rolss", "rolss_ssf", "trap_m
 #: The defense types Figure 4 plots (§6: "AT-AT (red points) to baselines"; NoDef as the
 #: reference), each the standard variant (the defense named after its type).
 FIGURE4_TYPES = ("nodef", *BASELINE_TYPES, "atat")
+
+
+def is_standard_variant(config: Mapping[str, Any], defense: str) -> bool:
+    """Whether ``defense`` is its type's standard variant, the defense named after its type
+    (``bido``, not BiDO** ``bido_lx1e3`` nor a dose-response ``atat_w1``); a name the config
+    does not define counts as its own type."""
+    spec = (config.get("defenses") or {}).get(defense) or {}
+    return spec.get("type", defense) == defense
+
+
 ARCH_LABELS = {"resnet18": "ResNet-18", "resnet152": "ResNet-152", "densenet169": "DenseNet-169",
                "resnet10": "ResNet-10", "densenet47": "DenseNet-47"}
 DATASET_LABELS = {"facescrub": "FaceScrub", "celeba": "CelebA", "stanford_dogs": "Stanford Dogs",
@@ -473,11 +483,10 @@ def _stats(plan: Plan) -> dict[str, list[str]]:
                       if fits(FIGURE2_SPEC) else [])
     # Figure 4: planned when it has a point, a standard-variant model of one of its types on
     # the main architecture that an attack reconstructs from (atat.figures.accuracy_vs_privacy)
-    arch, defenses = main_architecture(config), config.get("defenses") or {}
+    arch = main_architecture(config)
     out["figure4"] = (["results/figures/figure4_accuracy_vs_privacy.png"] if any(
         r.architecture == arch and r.defense in FIGURE4_TYPES
-        and getattr(r, "replicate", None) is None
-        and (defenses.get(r.defense) or {}).get("type", r.defense) == r.defense
+        and getattr(r, "replicate", None) is None and is_standard_variant(config, r.defense)
         and run_attacks(config, r) for r in runs) else [])
     return out
 
