@@ -234,3 +234,41 @@ def test_the_dogs_domain_writes_breeds_in_the_same_layout(tmp_path, gen):
     with pytest.raises(ValueError, match="unknown synthetic domain 'cats'"):
         sf.generate_synthfaces(tmp_path / "e", domain="cats", **SMALL)
     assert not (tmp_path / "e").exists()
+
+
+@pytest.mark.parametrize("domain", ["faces", "dogs"])
+def test_extra_test_images_grow_only_the_test_split(tmp_path, domain):
+    """extra_test_images_per_identity: the paper's split of the first images and every image
+    are those of the dataset without extras (so a model trained on either is the same); the
+    extra images of each class are test-only; meta records the count only when it is > 0."""
+    kw = dict(n_private_identities=3, n_public_identities=1, images_per_identity=10,
+              public_images_per_identity=1, resolution=16, seed=3, domain=domain, progress=False)
+    sf.generate_synthfaces(tmp_path / "base", **kw)
+    sf.generate_synthfaces(tmp_path / "more", extra_test_images_per_identity=4, **kw)
+    a, meta_a = read_dataset(tmp_path / "base" / "private")
+    b, meta_b = read_dataset(tmp_path / "more" / "private")
+    for split in ("train", "val"):
+        pd_a = a[a["split"] == split].reset_index(drop=True)
+        pd_b = b[b["split"] == split].reset_index(drop=True)
+        assert pd_a.equals(pd_b), split
+    test_b = b[b["split"] == "test"]
+    assert set(a.loc[a["split"] == "test", "path"]) < set(test_b["path"])
+    assert len(test_b) == (a["split"] == "test").sum() + 3 * 4
+    extra = b[~b["path"].isin(a["path"])]
+    assert (extra["split"] == "test").all() and len(extra) == 12
+    assert extra.groupby("label").size().tolist() == [4, 4, 4]
+    assert extra["path"].str.endswith(("0010.png", "0011.png", "0012.png", "0013.png")).all()
+    for rel in a["path"]:  # the shared images are byte-identical
+        assert ((tmp_path / "base" / "private" / rel).read_bytes()
+                == (tmp_path / "more" / "private" / rel).read_bytes())
+    assert meta_b["counts"]["test"] == meta_a["counts"]["test"] + 12
+    assert meta_b["generator"]["extra_test_images_per_identity"] == 4
+    assert "extra_test_images_per_identity" not in meta_a["generator"]
+    pub_a, _ = read_dataset(tmp_path / "base" / "public")
+    pub_b, _ = read_dataset(tmp_path / "more" / "public")
+    assert pub_a.equals(pub_b)  # the public pool gets no extra images
+
+
+def test_extra_test_images_must_not_be_negative(tmp_path):
+    with pytest.raises(ValueError, match="extra_test_images_per_identity must be >= 0"):
+        sf.generate_synthfaces(tmp_path / "x", extra_test_images_per_identity=-1, progress=False)

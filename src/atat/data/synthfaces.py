@@ -791,7 +791,7 @@ def _domain_functions(domain: str):
 
 def _write_pool(root: Path, pool: str, identities: list[dict[str, Any]], n_images: int, *, seed: int,
                 split_seed: int, resolution: int, nuisance: float, progress: bool, params: dict,
-                domain: str = "faces") -> dict:
+                domain: str = "faces", n_extra_test: int = 0) -> dict:
     from atat.progress import track  # one log line per identity, with ETA
 
     render = _domain_functions(domain)[1]
@@ -802,18 +802,22 @@ def _write_pool(root: Path, pool: str, identities: list[dict[str, Any]], n_image
                                         enabled=progress)):
         d = root / "images" / ident["name"]
         d.mkdir(parents=True)
-        for j in range(n_images):
+        for j in range(n_images + n_extra_test):
             img = render(ident, j, seed=seed, resolution=resolution, nuisance=nuisance)
             rel = f"images/{ident['name']}/{j:04d}.png"
             img.save(root / rel, format="PNG", optimize=False, compress_level=6)
-            rows.append((rel, label, ident["name"]))
-    df = pd.DataFrame(rows, columns=["path", "label", "identity"])
+            rows.append((rel, label, ident["name"], j >= n_images))
+    df = pd.DataFrame(rows, columns=["path", "label", "identity", "extra"])
     if pool == "private":
-        df["split"] = ""
-        for name, idx in split_indices(len(df), seed=split_seed).items():
-            df.loc[idx, "split"] = name
+        # the paper's splits over the first n_images of each class, exactly as without extras
+        # (their positions in that sub-list); the extra images are test-only
+        df["split"] = "test"
+        base = df.index[~df["extra"]]
+        for name, idx in split_indices(len(base), seed=split_seed).items():
+            df.loc[base[idx], "split"] = name
     else:
         df["split"] = "public"
+    df = df.drop(columns="extra")
     id_text = json.dumps(identities, indent=1, sort_keys=True) + "\n"
     (root / "identities.json").write_text(id_text)
     meta = {
@@ -826,7 +830,9 @@ def _write_pool(root: Path, pool: str, identities: list[dict[str, Any]], n_image
         "pool": pool,
         "generator": {"name": "synthfaces", "version": GENERATOR_VERSION, **params},
         "identities_file": "identities.json",
-        "image_order": "identity-major: label 0 images 0..K-1, label 1 images 0..K-1, ...",
+        "image_order": "identity-major: label 0 images 0..K-1, label 1 images 0..K-1, ..."
+                       + (f" (K = {n_images} + {n_extra_test}: images {n_images}.. of each class "
+                          "are in the test split only)" if n_extra_test else ""),
     }
     return write_dataset(root, df, meta)
 
@@ -843,6 +849,7 @@ def generate_synthfaces(
     split_seed: int = DEFAULTS["split_seed"],
     nuisance: float = DEFAULTS["nuisance"],
     domain: str = "faces",
+    extra_test_images_per_identity: int = 0,
     overwrite: bool = False,
     progress: bool = True,
 ) -> dict:
@@ -850,6 +857,12 @@ def generate_synthfaces(
 
     ``domain``: ``faces`` (identities, this module) or ``dogs`` (breeds,
     :mod:`atat.data.synthdogs`); the ``*_identities`` counts are then counts of breeds.
+
+    ``extra_test_images_per_identity``: further images of each private class (indices
+    ``images_per_identity..``) that go to the test split only. The train/val/test split of the
+    first ``images_per_identity`` images, and every image, are those of the dataset without
+    them (an image depends only on its class and index), so models trained on either are the
+    same; only the test split grows (a test accuracy's sampling error shrinks).
 
     Returns ``{"out_dir", "private": meta, "public": meta}``.  ``out_dir`` must not exist
     (or be empty) unless ``overwrite``; it is assembled in a temporary sibling directory
@@ -861,6 +874,9 @@ def generate_synthfaces(
                     ("public_images_per_identity", public_images_per_identity)]:
         if int(v) < 1:
             raise ValueError(f"{name} must be >= 1, got {v}")
+    if int(extra_test_images_per_identity) < 0:
+        raise ValueError("extra_test_images_per_identity must be >= 0, got "
+                         f"{extra_test_images_per_identity}")
     if int(resolution) < 8:
         raise ValueError(f"resolution must be >= 8, got {resolution}")
     make_classes = _domain_functions(domain)[0]
@@ -878,6 +894,8 @@ def generate_synthfaces(
     }
     if domain != "faces":  # faces' meta stays as before (its datasets' files unchanged)
         params["domain"] = domain
+    if int(extra_test_images_per_identity):  # likewise: absent when 0
+        params["extra_test_images_per_identity"] = int(extra_test_images_per_identity)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
     try:
@@ -887,7 +905,8 @@ def generate_synthfaces(
             ids = make_classes(int(n_id), pool, seed)
             metas[pool] = _write_pool(tmp / pool, pool, ids, int(n_img), seed=int(seed), split_seed=int(split_seed),
                                       resolution=int(resolution), nuisance=float(nuisance), progress=progress,
-                                      params=params, domain=domain)
+                                      params=params, domain=domain,
+                                      n_extra_test=int(extra_test_images_per_identity) if pool == "private" else 0)
         install_dir(tmp, out)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -926,6 +945,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--split-seed", type=int, default=DEFAULTS["split_seed"])
     ap.add_argument("--nuisance", type=float, default=DEFAULTS["nuisance"])
     ap.add_argument("--domain", choices=DOMAINS, default="faces")
+    ap.add_argument("--extra-test-images-per-identity", type=int, default=0,
+                    help="further images per private class, in the test split only")
     ap.add_argument("--overwrite", action="store_true")
     ap.add_argument("--no-progress", action="store_true")
     ap.add_argument("--sheet", help="also write a contact sheet PNG of the private pool here")
@@ -934,7 +955,8 @@ def main(argv: list[str] | None = None) -> int:
         args.out, n_private_identities=args.n_private, n_public_identities=args.n_public,
         images_per_identity=args.images_per_identity, public_images_per_identity=args.public_images_per_identity,
         resolution=args.resolution, seed=args.seed, split_seed=args.split_seed, nuisance=args.nuisance,
-        domain=args.domain, overwrite=args.overwrite, progress=not args.no_progress,
+        domain=args.domain, extra_test_images_per_identity=args.extra_test_images_per_identity,
+        overwrite=args.overwrite, progress=not args.no_progress,
     )
     if args.sheet:
         contact_sheet(Path(args.out) / "private", scale=max(1, 128 // args.resolution)).save(args.sheet)
