@@ -50,7 +50,7 @@ def test_bounds_of_a_small_run():
     assert cp.dependencies(run.jobs) == {1: set(), 2: {1}, 3: {1}, 4: {2, 3}}
     assert run.jobs[4].threads == 2 and run.jobs[2].label == "train[defense=a]"
     b = cp.bounds(run)
-    assert b.wall_s == 220
+    assert b.wall_s == 220 and b.running_s == 220 and b.invocations == 1
     # data 10 -> prior 180 -> attack 30; the train job (60 s) is off the path
     assert b.critical_path_s == 10 + 180 + 30
     assert [j.rule for j in b.path] == ["data", "prior", "attack"]
@@ -87,6 +87,13 @@ Finished jobid: 1 (Rule: table)
     assert len(run.jobs) == 5
     b = cp.bounds(run)
     assert b.wall_s == 320                      # 10:00:00 -> 10:05:20, the pause included
+    # Snakemake ran 10:00:00 -> 10:03:40 and 10:05:00 -> 10:05:20: the ratio leaves the
+    # pause out, the report names it
+    assert [(a.minute, a.second, z.minute, z.second) for a, z in run.segments] == [
+        (0, 0, 3, 40), (5, 0, 5, 20)]
+    assert b.running_s == 240 and b.invocations == 2 and b.ratio == 1.0
+    assert "(2 invocations, 80 s between them)" in cp.report(b)
+    assert "running / max(the two bounds)" in cp.report(b)
     assert [j.rule for j in b.path] == ["data", "prior", "attack", "table"]
     assert b.critical_path_s == 220 + 20
     (tmp_path / "1.log").write_text(LOG)

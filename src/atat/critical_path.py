@@ -10,6 +10,9 @@ two lower bounds on the run's wall time, each from the jobs' measured durations:
   was given (no schedule on these cores runs it faster).
 
 ``wall / max(critical path, work bound)`` is what scheduling can still win (1.0: nothing).
+For several logs of one run (a stopped run and its relaunch) the wall time in that ratio is the
+time Snakemake was running, each invocation's first to last time stamp summed; the pauses
+between invocations are reported beside it.
 Durations are wall times of jobs that shared the machine with their neighbours, so both bounds
 describe this run, not an idle machine.  ``python -m atat.critical_path [LOG ...]`` prints
 the bounds and the jobs on the critical path; without LOG, the newest run log under
@@ -63,6 +66,8 @@ class Run:
     cores: int
     start: datetime
     end: datetime
+    #: (first, last) time stamp of each Snakemake invocation in the text, in order
+    segments: list[tuple[datetime, datetime]] = field(default_factory=list)
 
 
 def _paths(value: str) -> list[str]:
@@ -71,9 +76,9 @@ def _paths(value: str) -> list[str]:
 
 def parse(text: str) -> Run:
     """The jobs of a Snakemake run log (or of several runs' logs one after the other: a
-    stopped run and its relaunch, whose wall time then spans both, pause included); a job
-    without a ``Finished`` line (failed or interrupted) keeps ``end = None`` and counts with
-    duration 0."""
+    stopped run and its relaunch; ``segments`` holds each invocation's span, so that the
+    pause between them can be told apart); a job without a ``Finished`` line (failed or
+    interrupted) keeps ``end = None`` and counts with duration 0."""
     jobs: dict[int, Job] = {}
     stamp: datetime | None = None
     first: datetime | None = None
@@ -82,6 +87,8 @@ def parse(text: str) -> Run:
     rule = ""
     block_start: datetime | None = None
     run = 0
+    segments: list[tuple[datetime, datetime]] = []
+    seg_first: datetime | None = None
 
     def close() -> None:
         if block is not None and "jobid" in block and block_start is not None:
@@ -95,6 +102,7 @@ def parse(text: str) -> Run:
         if m := _STAMP.match(line):
             stamp = datetime.strptime(" ".join(m[1].split()), "%a %b %d %H:%M:%S %Y")
             first = first or stamp
+            seg_first = seg_first or stamp
             continue
         if m := _FIELD.match(line):
             if block is not None:
@@ -104,6 +112,9 @@ def parse(text: str) -> Run:
         block = None
         if line.startswith(_NEW_RUN) and (jobs or first is not None):
             run += 1
+            if seg_first is not None and stamp is not None:
+                segments.append((seg_first, stamp))
+            seg_first = None
         elif m := _RULE.match(line):
             block, rule, block_start = {}, m[1], stamp
         elif (m := _DONE.match(line)) and run * _RUN_KEY + int(m[1]) in jobs:
@@ -113,7 +124,9 @@ def parse(text: str) -> Run:
     close()
     if first is None or stamp is None:
         raise ValueError("no time stamps: not a Snakemake run log")
-    return Run(jobs, cores, first, stamp)
+    if seg_first is not None:
+        segments.append((seg_first, stamp))
+    return Run(jobs, cores, first, stamp, segments)
 
 
 def _producers(jobs: dict[int, Job]) -> dict[str, int]:
@@ -146,6 +159,14 @@ class Bounds:
     busy_core_s: float
     cores: int
     path: list[Job]
+    #: the time Snakemake was running: ``wall_s`` less the pauses between invocations
+    #: (None: ``wall_s``)
+    running_s: float | None = None
+    invocations: int = 1
+
+    def __post_init__(self) -> None:
+        if self.running_s is None:
+            self.running_s = self.wall_s
 
     @property
     def lower_bound_s(self) -> float:
@@ -153,7 +174,7 @@ class Bounds:
 
     @property
     def ratio(self) -> float:
-        return self.wall_s / self.lower_bound_s if self.lower_bound_s else float("nan")
+        return self.running_s / self.lower_bound_s if self.lower_bound_s else float("nan")
 
 
 def bounds(run: Run) -> Bounds:
@@ -170,20 +191,27 @@ def bounds(run: Run) -> Bounds:
         path.append(run.jobs[node])
         node = before[node]
     busy = sum(j.seconds * j.threads for j in run.jobs.values())
-    return Bounds(wall_s=(run.end - run.start).total_seconds(),
+    wall = (run.end - run.start).total_seconds()
+    running = sum((b - a).total_seconds() for a, b in run.segments) if run.segments else wall
+    return Bounds(wall_s=wall, running_s=running, invocations=max(1, len(run.segments)),
                   critical_path_s=max(finish.values(), default=0.0),
                   work_bound_s=busy / run.cores, busy_core_s=busy, cores=run.cores,
                   path=path[::-1])
 
 
 def report(b: Bounds) -> str:
-    idle = b.cores * b.wall_s - b.busy_core_s
-    lines = [f"wall time                     {b.wall_s:>9.0f} s",
-             f"critical path (any cores)     {b.critical_path_s:>9.0f} s",
-             f"work / {b.cores} cores                 {b.work_bound_s:>9.0f} s "
-             f"({b.busy_core_s:.0f} core-s of jobs)",
-             f"wall / max(the two bounds)    {b.ratio:>9.2f}  (idle core-s: {idle:.0f})",
-             "critical path:"]
+    idle = b.cores * b.running_s - b.busy_core_s
+    lines = [f"wall time                     {b.wall_s:>9.0f} s"]
+    if b.invocations > 1:
+        lines.append(f"  of which Snakemake ran       {b.running_s:>9.0f} s ({b.invocations} "
+                     f"invocations, {b.wall_s - b.running_s:.0f} s between them)")
+    which = "running" if b.invocations > 1 else "wall"
+    lines += [f"critical path (any cores)     {b.critical_path_s:>9.0f} s",
+              f"work / {b.cores} cores                 {b.work_bound_s:>9.0f} s "
+              f"({b.busy_core_s:.0f} core-s of jobs)",
+              f"{which} / max(the two bounds) {'':>{4 - len(which) + 3}}{b.ratio:>9.2f}  "
+              f"(idle core-s: {idle:.0f})",
+              "critical path:"]
     lines += [f"  {j.seconds:>7.0f} s  {j.label}" for j in b.path]
     return "\n".join(lines)
 
