@@ -160,13 +160,8 @@ class Bounds:
     cores: int
     path: list[Job]
     #: the time Snakemake was running: ``wall_s`` less the pauses between invocations
-    #: (None: ``wall_s``)
-    running_s: float | None = None
-    invocations: int = 1
-
-    def __post_init__(self) -> None:
-        if self.running_s is None:
-            self.running_s = self.wall_s
+    running_s: float
+    invocations: int
 
     @property
     def lower_bound_s(self) -> float:
@@ -205,12 +200,11 @@ def report(b: Bounds) -> str:
     if b.invocations > 1:
         lines.append(f"  of which Snakemake ran       {b.running_s:>9.0f} s ({b.invocations} "
                      f"invocations, {b.wall_s - b.running_s:.0f} s between them)")
-    which = "running" if b.invocations > 1 else "wall"
+    ratio = ("running" if b.invocations > 1 else "wall") + " / max(the two bounds)"
     lines += [f"critical path (any cores)     {b.critical_path_s:>9.0f} s",
               f"work / {b.cores} cores                 {b.work_bound_s:>9.0f} s "
               f"({b.busy_core_s:.0f} core-s of jobs)",
-              f"{which} / max(the two bounds) {'':>{4 - len(which) + 3}}{b.ratio:>9.2f}  "
-              f"(idle core-s: {idle:.0f})",
+              f"{ratio:<30}{b.ratio:>9.2f}  (idle core-s: {idle:.0f})",
               "critical path:"]
     lines += [f"  {j.seconds:>7.0f} s  {j.label}" for j in b.path]
     return "\n".join(lines)
