@@ -39,7 +39,7 @@ from typing import Any
 import numpy as np
 from PIL import Image, ImageChops
 
-from atat.data.synthfaces import (
+from atat.data.painting import (
     _choice, _clip_rgb, _mix, _Painter, _render_size, _scale, _u, draw_distinct_pool,
     image_rng, photograph,
 )
