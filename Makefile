@@ -5,9 +5,17 @@ PYTHON ?= python3.11
 VENV := .venv
 CORES ?= 2
 
+# TORCH_INDEX_URL: where torch/torchvision come from. Empty (default): the pinned PyPI wheels,
+# torch 2.14.1 built for CUDA 13.0 (kernels sm_75..sm_120), which need an NVIDIA driver >= 580.
+# For an older driver install the same versions from PyTorch's index of a CUDA 12 build, e.g.
+#   make venv TORCH_INDEX_URL=https://download.pytorch.org/whl/cu126   (driver >= 525)
+# (atat.device names the node's driver and the build's needs when `device: cuda` finds no GPU).
+TORCH_INDEX_URL ?=
+TORCH_PINS := $(shell sed -n 's/^ *"\(torch\(vision\)\{0,1\}==[^"]*\)".*/\1/p' pyproject.toml)
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install --quiet --upgrade pip
+	$(if $(TORCH_INDEX_URL),$(VENV)/bin/pip install --quiet --index-url $(TORCH_INDEX_URL) $(TORCH_PINS))
 	$(VENV)/bin/pip install --quiet -e .
 	touch $@
 

@@ -99,6 +99,8 @@ def setup(snakemake: Any) -> None:
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, force=True,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.captureWarnings(True)
+    _CONFIG.clear()
+    _CONFIG.update(getattr(snakemake, "config", None) or {})
     import torch
 
     import atat
@@ -114,7 +116,14 @@ def setup(snakemake: Any) -> None:
     log_resources_at_exit(getattr(snakemake, "rule", "?"), int(snakemake.threads))
 
 
-def device() -> str:
-    import torch
+#: the job's config (set by :func:`setup`): its ``device`` setting picks the device
+_CONFIG: dict[str, Any] = {}
 
-    return "cuda" if torch.cuda.is_available() else "cpu"
+
+def device() -> str:
+    """The device of a GPU rule by the config's ``device`` setting (atat.device): ``cuda``
+    without a usable GPU stops the job here, before it reads any input, naming the driver, the
+    torch build and what to do."""
+    from atat.device import DEFAULT_DEVICE, resolve_device
+
+    return resolve_device(str(_CONFIG.get("device", DEFAULT_DEVICE)))
