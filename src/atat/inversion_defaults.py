@@ -6,6 +6,10 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
+#: the inversion prior's quality statistics with a precondition target ``prior_<name>`` in
+#: ``config['preconditions']`` (keys of its quality record, atat.inversion.prior_quality)
+PRIOR_STATISTICS = ("recognition", "precision", "coverage")
+
 #: spec §5.2 recipe of the evaluation model and face-embedding network (REP classifier config);
 #: config values are merged over these.
 EVAL_TRAINING_DEFAULTS: dict[str, Any] = {

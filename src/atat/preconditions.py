@@ -33,6 +33,7 @@ import pandas as pd
 
 from atat import io
 from atat.config import ConfigError
+from atat.inversion_defaults import PRIOR_STATISTICS
 from atat.paper import output, plain_nodef_defenses, precondition_roles, section3_roles
 from atat.summary import robust_column
 
@@ -66,8 +67,6 @@ ADVICE = {
               "channel_base/channel_max, lr, batch_size)",
 }
 PRIOR = "inversion prior"  # the experiment label of the prior's rows
-#: the prior's statistics with a target ``prior_<name>`` (keys of its quality record)
-PRIOR_STATISTICS = ("recognition", "precision", "coverage")
 
 
 def thresholds(config: Mapping[str, Any]) -> dict[str, float]:

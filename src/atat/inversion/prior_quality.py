@@ -57,7 +57,7 @@ import torch
 from torch import Tensor, nn
 
 from atat import io
-from atat.preconditions import PRIOR_STATISTICS
+from atat.inversion_defaults import PRIOR_STATISTICS
 
 log = logging.getLogger(__name__)
 
