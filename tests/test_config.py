@@ -739,3 +739,35 @@ def test_a_grid_block_chooses_its_models_attacks():
     bad["grid"][0]["attacks"] = ["ppa", "gmi"]
     with pytest.raises(ConfigError, match=r"grid\[0\]\.attacks: 'gmi' is not one of"):
         validate_config(bad)
+
+
+NON_FINITE = [  # (overlay YAML as a user writes it, the key the message must name)
+    ("training: {lr: .nan}", "training.lr: nan"),
+    ("training: {lr_gamma: .nan}", "training.lr_gamma: nan"),
+    ("autoattack: {epsilons: [0.031, .nan]}", "autoattack.epsilons[1]: nan"),
+    ("inversion: {ppa: {lr: .inf}}", "inversion.ppa.lr: inf"),
+    ("inversion: {ppa: {lr: -.inf}}", "inversion.ppa.lr: -inf"),
+]
+
+
+@pytest.mark.parametrize("overlay,key", NON_FINITE, ids=[k for _, k in NON_FINITE])
+@pytest.mark.parametrize("base", [(PAPER,), (PAPER, DEMO)], ids=["paper", "demo"])
+def test_nan_and_inf_are_rejected_naming_the_key(tmp_path, base, overlay, key):
+    """JSON Schema bounds accept NaN; the finite walk over the whole config does not."""
+    path = tmp_path / "overlay.yaml"
+    path.write_text(overlay + "\n")
+    config = load_config(*base, path)
+    with pytest.raises(ConfigError, match="must be finite") as info:
+        validate_config(config)
+    assert key in str(info.value), str(info.value)
+
+
+def test_snakemake_stops_on_nan_before_any_job(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("training:\n  lr_gamma: .nan\n")
+    proc = subprocess.run(
+        [sys.executable, "-m", "snakemake", "-n", "--configfile", str(DEMO), str(bad)],
+        cwd=ROOT, capture_output=True, text=True)
+    assert proc.returncode != 0
+    out = proc.stdout + proc.stderr
+    assert "training.lr_gamma: nan" in out and "Job stats" not in out

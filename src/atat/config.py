@@ -69,8 +69,28 @@ def schema() -> dict[str, Any]:
     return yaml.safe_load(SCHEMA_PATH.read_text())
 
 
+def non_finite_floats(value: Any, key: str = "") -> list[str]:
+    """``key: value`` of every NaN or infinite float anywhere in ``value`` (mappings and lists
+    walked; list entries as ``key[i]``), in document order. JSON Schema bounds accept NaN
+    (every comparison with it is false), so the schema alone lets ``training.lr: .nan``
+    through to fail, or worse train, inside a job."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return [f"{key or '<top level>'}: {value!r}"]
+    if isinstance(value, Mapping):
+        return [bad for k, v in value.items()
+                for bad in non_finite_floats(v, f"{key}.{k}" if key else str(k))]
+    if isinstance(value, (list, tuple)):
+        return [bad for i, v in enumerate(value) for bad in non_finite_floats(v, f"{key}[{i}]")]
+    return []
+
+
 def validate_config(config: Mapping[str, Any]) -> None:
     """Raise :class:`ConfigError` naming the first problem, or return silently."""
+    bad = non_finite_floats(config)
+    if bad:
+        more = f" (and {len(bad) - 1} more: {', '.join(bad[1:4])})" if bad[1:] else ""
+        raise ConfigError(f"invalid configuration: {bad[0]} -- every number must be finite "
+                          f"(NaN and infinity are not values){more}")
     validator = jsonschema.Draft202012Validator(schema())
     errors = sorted(validator.iter_errors(config), key=lambda e: (len(e.absolute_path), e.path))
     if errors:
@@ -606,7 +626,36 @@ def inversion_params(config: Mapping[str, Any], dataset: str, architecture: str,
     params["dataset_kind"] = config["datasets"][dataset]["source"]
     params["n_classes"] = n_classes(config, dataset)
     params["input_resolution"] = int(config["datasets"][dataset]["resolution"])
+    # float32 backend flags of the attack (atat.precision; fp32 when the key is absent)
+    params["precision"] = str(inv.get("precision", "fp32"))
     return _canonical(params)
+
+
+def inversion_class_count(params: Mapping[str, Any]) -> int:
+    """How many classes an inversion job with ``params`` (:func:`inversion_params`) attacks:
+    the length of the attack's class list (atat.inversion.core.target_classes; PPDG attacks
+    each listed class once)."""
+    targets = params["targets"]
+    if targets == "all":
+        return int(params["n_classes"])
+    if isinstance(targets, (list, tuple)):
+        return len(set(targets)) if params["attack"] == "ppdg" else len(targets)
+    return max(int(targets), 1)
+
+
+def inversion_shards(config: Mapping[str, Any], dataset: str, architecture: str, defense: str,
+                     attack: str) -> list[tuple[int, int]]:
+    """The jobs of one (model, attack) inversion: ``[(start, stop), ...]``, consecutive
+    ranges of positions in the attack's class list (atat.inversion.run.attack_class_list)
+    of at most ``inversion.classes_per_job[attack]`` classes (absent or null: one range of
+    every class). One range = one job (rule invert); several = one rule invert_shard job
+    each, merged by rule invert into the same outputs. The model's seed does not matter."""
+    n = inversion_class_count(inversion_params(config, dataset, architecture, defense, attack))
+    per_job = (config["inversion"].get("classes_per_job") or {}).get(attack)
+    size = n if per_job is None else int(per_job)
+    if size < 1:
+        raise ConfigError(f"inversion.classes_per_job.{attack} must be >= 1, got {per_job!r}")
+    return [(a, min(a + size, n)) for a in range(0, n, size)]
 
 
 def _canonical(obj: Any) -> Any:
