@@ -704,9 +704,24 @@ def model_runs(config: Mapping[str, Any]) -> list[ModelRun]:
 def causal_assignment(n_models: int, n_treated: int, seed: int) -> list[int]:
     """Complete randomisation of the causal experiment: exactly ``n_treated`` of ``n_models``
     replicates get the treatment; reproducible from ``seed`` (recorded in the config)."""
-    from atat.stats.causal import assign_treatment
+    return assign_treatment(n_models, n_treated, seed)
 
-    return [int(d) for d in assign_treatment(n_models, n_treated, seed)]
+
+def assign_treatment(n: int, n_treated: int, seed: int) -> list[int]:
+    """Complete randomization: a 0/1 list of length ``n`` with exactly ``n_treated`` ones,
+    a deterministic function of ``seed`` (NumPy PCG64 ``default_rng(seed).permutation``).
+    Part of the plan (which replicate is treated), so it lives here; atat.stats.causal
+    re-exports it."""
+    import numpy as np
+
+    n, n_treated = int(n), int(n_treated)
+    if n < 1 or not 0 <= n_treated <= n:
+        raise ValueError(f"need 0 <= n_treated <= n and n >= 1, got n={n}, n_treated={n_treated}")
+    rng = np.random.default_rng(int(seed))
+    order = rng.permutation(n)
+    d = np.zeros(n, dtype=int)
+    d[order[:n_treated]] = 1
+    return [int(v) for v in d]
 
 
 def causal_runs(config: Mapping[str, Any]) -> list[ModelRun]:

@@ -21,6 +21,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
+from atat.config import assign_treatment
 from atat.stats.regression import (SpecSkipped, check_response_varies, fit_beta, fit_ols,
                                   squeeze_unit_interval)
 
@@ -31,19 +32,6 @@ __all__ = [
     "delta_method_delta",
     "causal_table",
 ]
-
-
-def assign_treatment(n: int, n_treated: int, seed: int) -> list[int]:
-    """Complete randomization: a 0/1 list of length ``n`` with exactly ``n_treated`` ones,
-    a deterministic function of ``seed`` (NumPy PCG64 ``default_rng(seed).permutation``)."""
-    n, n_treated = int(n), int(n_treated)
-    if n < 1 or not 0 <= n_treated <= n:
-        raise ValueError(f"need 0 <= n_treated <= n and n >= 1, got n={n}, n_treated={n_treated}")
-    rng = np.random.default_rng(int(seed))
-    order = rng.permutation(n)
-    d = np.zeros(n, dtype=int)
-    d[order[:n_treated]] = 1
-    return [int(v) for v in d]
 
 
 def _design(df: pd.DataFrame, response: str, treatment: str) -> tuple[pd.Series, pd.DataFrame]:
