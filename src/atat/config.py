@@ -390,12 +390,45 @@ def _check_statistics(config: Mapping[str, Any]) -> None:
                      "reference level of the factor's treatment coding)")
 
 
+# ------------------------------------------------------------------------------ paper roles
+#: The paper's dataset and architecture names that the selections below refer to (Tables 1,
+#: 4, 9, 23-28). Config key ``paper_roles`` maps them to the config's own names (the demo's
+#: deep/shallow nets and its two populations play the paper's roles); absent = identity.
+PAPER_ROLE_NAMES: dict[str, tuple[str, ...]] = {
+    "datasets": ("facescrub", "celeba", "stanford_dogs"),
+    "architectures": ("resnet152", "resnet18", "densenet169"),
+}
+
+
+def paper_roles(config: Mapping[str, Any]) -> dict[str, dict[str, str]]:
+    """``kind -> {paper name: config name}`` for every paper name of
+    :data:`PAPER_ROLE_NAMES` (unmapped names stand for themselves). Validated by
+    :func:`validate_config` (``paper_roles.<kind>.<name>``)."""
+    given = config.get("paper_roles") or {}
+    return {kind: {n: str((given.get(kind) or {}).get(n, n)) for n in names}
+            for kind, names in PAPER_ROLE_NAMES.items()}
+
+
+def translate(config: Mapping[str, Any], kind: str, names: Iterable[str]) -> list[str]:
+    """The config's names of the paper's ``names`` (``kind``: ``datasets`` or
+    ``architectures``), in order: the one translation every hard-coded paper-name
+    selection goes through."""
+    roles = paper_roles(config)[kind]
+    return [roles.get(n, n) for n in names]
+
+
+def main_architecture(config: Mapping[str, Any]) -> str:
+    """``tables.table4_architecture``: the paper's main architecture (ResNet-152, or the
+    config's architecture in its role, ``paper_roles``)."""
+    arch = (config.get("tables") or {}).get("table4_architecture")
+    return str(arch) if arch is not None else translate(
+        config, "architectures", [TABLE4_DEFAULT_ARCHITECTURE])[0]
+
+
 def _check_paper_roles(config: Mapping[str, Any]) -> None:
     """``paper_roles``: each key a paper name of :data:`atat.paper.PAPER_ROLE_NAMES`, each
     value a name the config defines, and no config name in two roles (an unmapped paper
     name keeps its own name, so it counts as mapped to itself)."""
-    from atat.paper import PAPER_ROLE_NAMES, paper_roles
-
     given = config.get("paper_roles") or {}
     for kind, mapping in given.items():
         known = PAPER_ROLE_NAMES[kind]   # the schema admits only these kinds
@@ -429,8 +462,6 @@ def _check_names(config: Mapping[str, Any]) -> None:
         if gen is not None and gen not in generators:
             raise ConfigError(f"invalid configuration: datasets.{name}.generator: '{gen}' is not "
                               f"defined under 'generators' (defined: {sorted(generators)})")
-    from atat.paper import main_architecture
-
     arch = (config.get("tables") or {}).get("table4_architecture")
     trained = sorted({r.architecture for r in model_runs(config)})
     default = main_architecture(config)

@@ -57,7 +57,8 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
-from atat.config import (TABLE4_DEFAULT_ARCHITECTURE, ConfigError, dose_response_points,
+from atat.config import (PAPER_ROLE_NAMES, main_architecture, paper_roles, translate,
+                         TABLE4_DEFAULT_ARCHITECTURE, ConfigError, dose_response_points,
                          with_dose_response)
 
 EXTS = ("csv", "md", "tex")
@@ -128,33 +129,6 @@ ATTACK_NAMES = {"ppa": "PPA", "ifgmi": "IF-GMI", "ppdg": "PPDG"}
 
 def label(mapping: Mapping[Any, str], key: Any) -> str:
     return mapping.get(key, str(key))
-
-
-# ------------------------------------------------------------------------------ paper roles
-#: The paper's dataset and architecture names that the selections below refer to (Tables 1,
-#: 4, 9, 23-28). Config key ``paper_roles`` maps them to the config's own names (the demo's
-#: deep/shallow nets and its two populations play the paper's roles); absent = identity.
-PAPER_ROLE_NAMES: dict[str, tuple[str, ...]] = {
-    "datasets": ("facescrub", "celeba", "stanford_dogs"),
-    "architectures": ("resnet152", "resnet18", "densenet169"),
-}
-
-
-def paper_roles(config: Mapping[str, Any]) -> dict[str, dict[str, str]]:
-    """``kind -> {paper name: config name}`` for every paper name of
-    :data:`PAPER_ROLE_NAMES` (unmapped names stand for themselves). Validated by
-    :func:`atat.config.validate_config` (``paper_roles.<kind>.<name>``)."""
-    given = config.get("paper_roles") or {}
-    return {kind: {n: str((given.get(kind) or {}).get(n, n)) for n in names}
-            for kind, names in PAPER_ROLE_NAMES.items()}
-
-
-def translate(config: Mapping[str, Any], kind: str, names: Iterable[str]) -> list[str]:
-    """The config's names of the paper's ``names`` (``kind``: ``datasets`` or
-    ``architectures``), in order: the one translation every hard-coded paper-name
-    selection goes through."""
-    roles = paper_roles(config)[kind]
-    return [roles.get(n, n) for n in names]
 
 
 # ------------------------------------------------------------------------------ the plan
@@ -418,14 +392,6 @@ def robustness_table_eps(config: Mapping[str, Any]) -> dict[str, float]:
     """Table number (as text) -> epsilon, for every configured epsilon the paper tabulates."""
     return {str(robustness_table_number(e)): e for e in config["autoattack"]["epsilons"]
             if robustness_table_number(e) is not None}
-
-
-def main_architecture(config: Mapping[str, Any]) -> str:
-    """``tables.table4_architecture``: the paper's main architecture (ResNet-152, or the
-    config's architecture in its role, ``paper_roles``)."""
-    arch = (config.get("tables") or {}).get("table4_architecture")
-    return str(arch) if arch is not None else translate(
-        config, "architectures", [TABLE4_DEFAULT_ARCHITECTURE])[0]
 
 
 def table4_architecture(plan: Plan) -> str | None:
