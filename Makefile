@@ -69,9 +69,9 @@ bench-gpu: venv
 float-paths: venv
 	$(VENV)/bin/python -m atat.float_paths
 
-# The README's quoted tables (the blocks between `<!-- from results/... -->` and `<!-- end ... -->`)
-# replaced by a run's files, verbatim; RUN is the directory that ran `make demo` (default: this
-# one). The prose around them stays by hand.
+# The quoted tables of docs/miniature.md (the blocks between `<!-- from results/... -->` and
+# `<!-- end ... -->`) replaced by a run's files, verbatim; RUN is the directory that ran
+# `make demo` (default: this one). The prose around them stays by hand.
 RUN ?= .
 readme-tables: venv
-	$(VENV)/bin/python -m atat.readme_blocks README.md --root $(RUN)
+	$(VENV)/bin/python -m atat.readme_blocks docs/miniature.md --root $(RUN)

@@ -1,7 +1,9 @@
-"""The docs match the code (issue 15 item 8): ``config/README.md`` describes every config
-section and key family, ``workflow/report/workflow.rst`` lists every stage and rule of the
-DAG, and the README's layout table lists every module of ``src/atat`` and every top-level
-folder."""
+"""The docs match the code (issue 15 item 8, issue 44 item 6): ``config/README.md`` describes
+every config section and key family, ``workflow/report/workflow.rst`` lists every stage and
+rule of the DAG, ``docs/code.md`` lists every module of ``src/atat`` and the README's layout
+table every top-level folder; the README, ``config/README.md`` and ``docs/*.md`` name only
+``make`` targets the Makefile has and files the repository has, their links land on existing
+files and headings, and the README's headline repeats the quoted run's verdict counts."""
 
 from __future__ import annotations
 
@@ -16,6 +18,10 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG_README = ROOT / "config" / "README.md"
 WORKFLOW_RST = ROOT / "workflow" / "report" / "workflow.rst"
+README = ROOT / "README.md"
+DOCS = ROOT / "docs"
+CODE_MD = DOCS / "code.md"
+MINIATURE_MD = DOCS / "miniature.md"
 RULES_DIR = ROOT / "workflow" / "rules"
 PACKAGE = ROOT / "src" / "atat"
 CONFIG_FILES = ["config.yaml", "demo.yaml", "regressions.yaml"]
@@ -56,9 +62,9 @@ def _modules() -> list[str]:
     return names
 
 
-def layout_table(readme: str) -> str:
-    """The table of the README's ``## Layout`` section (its lines starting with '|')."""
-    section = readme[readme.index("\n## Layout\n"):]
+def layout_table(readme: str, heading: str = "## Layout") -> str:
+    """The first table of the ``heading`` section (its lines starting with '|')."""
+    section = readme[readme.index(f"\n{heading}\n"):]
     lines = section.splitlines()[2:]
     table = []
     for line in lines:
@@ -67,7 +73,7 @@ def layout_table(readme: str) -> str:
                 break
             continue
         table.append(line)
-    assert table, "README.md: the Layout section has no table"
+    assert table, f"the {heading} section has no table"
     return "\n".join(table)
 
 
@@ -218,20 +224,20 @@ def test_workflow_rst_renders_without_errors(overlay):
     assert "AT-AT reproduction workflow" in html and html.count("<li>") == 11
 
 
-# ----------------------------------------------------------------------------- README layout
-def test_readme_layout_table_lists_every_module_of_the_package():
-    table = layout_table((ROOT / "README.md").read_text())
+# ----------------------------------------------------------------------------- layout
+def test_code_md_module_table_lists_every_module_of_the_package():
+    table = layout_table(CODE_MD.read_text(), "## Modules")
     modules = _modules()
     assert "atat.config" in modules and "atat.data.builders.celeba" in modules
     missing = [m for m in modules if f"| `{m}` |" not in table]
-    assert not missing, f"README.md layout table lacks the modules {missing}"
+    assert not missing, f"docs/code.md's module table lacks the modules {missing}"
     stale = sorted(set(re.findall(r"^\| `(atat(?:\.\w+)+)` \|", table, flags=re.M))
                    - set(modules))
-    assert not stale, f"README.md layout table lists modules that do not exist: {stale}"
+    assert not stale, f"docs/code.md's module table lists modules that do not exist: {stale}"
 
 
 def test_readme_layout_table_lists_every_top_level_folder():
-    table = layout_table((ROOT / "README.md").read_text())
+    table = layout_table(README.read_text())
     dirs = _top_level_dirs()
     assert {"config", "workflow", "tests", "src", "results"} <= set(dirs)
     assert ".venv" not in dirs and ".git" not in dirs
@@ -244,3 +250,139 @@ def test_readme_layout_table_lists_every_top_level_folder():
 def test_layout_table_parser_stops_at_the_table():
     readme = "# x\n\n## Layout\n\n| a | b |\n|---|---|\n| `atat.x` | y |\n\ntext `atat.z`\n"
     assert layout_table(readme) == "| a | b |\n|---|---|\n| `atat.x` | y |"
+
+
+# ----------------------------------------------------------------------------- README and docs/
+def doc_pages() -> list[Path]:
+    """The pages a user reads: the README, config/README.md and every page of docs/."""
+    return [README, CONFIG_README, *sorted(DOCS.glob("*.md"))]
+
+
+def code_spans(markdown: str) -> list[str]:
+    """The text of every fenced code block and inline code span (where commands and paths are
+    written; prose such as 'make sure' is not)."""
+    fenced = re.findall(r"^```[^\n]*\n(.*?)^```", markdown, flags=re.M | re.S)
+    rest = re.sub(r"^```[^\n]*\n.*?^```", "", markdown, flags=re.M | re.S)
+    return fenced + re.findall(r"`([^`\n]+)`", rest)
+
+
+def make_targets_named(markdown: str) -> set[str]:
+    return {m for span in code_spans(markdown) for m in re.findall(r"\bmake ([a-z][\w-]*)", span)}
+
+
+def makefile_targets(makefile: str) -> set[str]:
+    return set(re.findall(r"^([A-Za-z][\w.-]*)[ \t]*:(?!=)", makefile, flags=re.M))
+
+
+#: repository paths as the docs write them (runtime folders such as results/ are not checked)
+_PATH = re.compile(r"(?<![\w./-])((?:src|config|workflow|tests|docs|profiles|envs|data|\.ci|\.test)"
+                   r"/[\w./-]*|Snakefile|Makefile|pyproject\.toml|LICENSE|CHANGELOG\.md)")
+
+
+def repository_paths_named(markdown: str) -> set[str]:
+    """Paths of the repository named in code spans, without placeholders (<…>, *, {…})."""
+    out = set()
+    for span in code_spans(markdown):
+        for path in _PATH.findall(span):
+            path = path.rstrip(".,:;")
+            if not re.search(r"[<>*{}…]|\.\.\.", span[span.find(path):span.find(path) + len(path) + 1]):
+                out.add(path)
+    return out
+
+
+def slug(heading: str) -> str:
+    """GitHub's anchor of a heading: lower case, punctuation dropped, spaces as '-'."""
+    text = re.sub(r"[^\w\- ]", "", heading.strip().lower())
+    return text.replace(" ", "-")
+
+
+def heading_anchors(markdown: str) -> set[str]:
+    out: set[str] = set()
+    seen: dict[str, int] = {}
+    text = re.sub(r"^```[^\n]*\n.*?^```", "", markdown, flags=re.M | re.S)
+    for heading in re.findall(r"^#{1,6}\s+(.*)$", text, flags=re.M):
+        base = slug(heading)
+        out.add(base if base not in seen else f"{base}-{seen[base]}")
+        seen[base] = seen.get(base, 0) + 1
+    return out
+
+
+def broken_links(page: Path, markdown: str) -> list[str]:
+    """Relative links of ``markdown`` (read from ``page``) to a missing file or heading."""
+    bad = []
+    for target in re.findall(r"\]\(([^)\s]+)\)", markdown):
+        if re.match(r"[a-z]+:", target):
+            continue
+        path, _, anchor = target.partition("#")
+        file = (page.parent / path).resolve() if path else page
+        if path and not file.exists():
+            bad.append(f"{page.name}: ({target}): no such file")
+        elif anchor and file.suffix == ".md":
+            text = markdown if file == page else file.read_text(encoding="utf-8")
+            if anchor not in heading_anchors(text):
+                bad.append(f"{page.name}: ({target}): no heading with that anchor")
+    return bad
+
+
+def test_the_docs_name_only_make_targets_the_makefile_has():
+    targets = makefile_targets((ROOT / "Makefile").read_text())
+    assert {"demo", "test", "test-all", "bench"} <= targets
+    missing = {f"{p.relative_to(ROOT)}: make {t}" for p in doc_pages()
+               for t in make_targets_named(p.read_text(encoding="utf-8")) if t not in targets}
+    assert not missing, f"the docs name make targets the Makefile lacks: {sorted(missing)}"
+
+
+def test_the_docs_name_only_files_the_repository_has():
+    # docs/sources.md names files of the origin repositories (the authors' code, Snakemake's
+    # conventions), not of this one
+    pages = [p for p in doc_pages() if p.name != "sources.md"]
+    named = {(p, f) for p in pages for f in repository_paths_named(p.read_text("utf-8"))}
+    assert len(named) > 30
+    missing = sorted(f"{p.relative_to(ROOT)}: {f}" for p, f in named if not (ROOT / f).exists())
+    assert not missing, f"the docs name files that do not exist: {missing}"
+
+
+def test_the_docs_links_land_on_files_and_headings():
+    bad = [b for p in doc_pages() for b in broken_links(p, p.read_text(encoding="utf-8"))]
+    assert not bad, "broken links:\n" + "\n".join(bad)
+
+
+def test_the_docs_are_pages_of_one_question_each():
+    """The README is a user's page (issue 44: at most 250 lines, the quick check and the
+    cluster run before the results); the lab notebook lives in docs/."""
+    readme = README.read_text(encoding="utf-8")
+    assert len(readme.splitlines()) <= 250, "README.md: more than 250 lines; move detail to docs/"
+    order = [readme.index(h) for h in ("\n## Two commands", "make smoke", "snakemake --profile slurm all",
+                                       "\n## Outputs", "\n## The miniature's results",
+                                       "\n## Known limits", "\n## Layout")]
+    assert order == sorted(order)
+    for page in ("miniature", "measurements", "decisions", "running", "code"):
+        assert f"(docs/{page}.md" in readme, f"README.md does not link docs/{page}.md"
+
+
+def test_the_readme_headline_repeats_the_quoted_runs_verdicts():
+    """The README's headline numbers are the quoted run's files' (docs/miniature.md's blocks,
+    refreshed by `make readme-tables`), so refreshing the blocks without the headline fails."""
+    mini = MINIATURE_MD.read_text(encoding="utf-8")
+    readme = README.read_text(encoding="utf-8")
+    claims = re.search(r"(\d+) supported, (\d+) consistent, (\d+) inconclusive, "
+                       r"(\d+) contradicted, (\d+) not testable",
+                       mini[mini.index("<!-- from results/tables/claims.md -->"):])
+    assert claims and claims.group(0) in readme
+    checks = re.search(r"(\d+) of (\d+) checks passed",
+                       mini[mini.index("<!-- from results/tables/preconditions.md -->"):])
+    assert checks and f"{checks[1]} of {checks[2]} checks pass" in readme
+
+
+def test_the_doc_checks_see_what_is_wrong():
+    # each check above can fail: a missing target, a missing file, a broken link
+    assert make_targets_named("run `make sure` as\n```\nmake demo\n```\nmake sure") == {"sure", "demo"}
+    assert make_targets_named("make sure nothing runs") == set()
+    assert makefile_targets("demo: venv\n\tx\nPYTHON ?= p\nA := b\n") == {"demo"}
+    assert repository_paths_named("`src/atat/nope.py`, `results/x`, `config/<name>.yaml`") \
+        == {"src/atat/nope.py"}
+    page = DOCS / "x.md"
+    assert broken_links(page, "[a](nope.md) [b](code.md#nope) [c](#here) [d](https://x)\n# Here") \
+        == ["x.md: (nope.md): no such file", "x.md: (code.md#nope): no heading with that anchor"]
+    assert slug("The test split: 60 → 1,260 images") == "the-test-split-60--1260-images"
+    assert heading_anchors("# A\n## A\n```\n# not\n```\n") == {"a", "a-1"}

@@ -67,9 +67,9 @@ def test_the_rich_logger_plugin_is_installed_and_pinned():
     assert "rich" in LoggerPluginRegistry().plugins
 
 
-def test_the_readme_says_what_to_run_after_a_killed_snakemake():
-    readme = (ROOT / "README.md").read_text()
-    section = readme[readme.index("### Failures and resuming"):]
+def test_the_docs_say_what_to_run_after_a_killed_snakemake():
+    running = (ROOT / "docs" / "running.md").read_text()
+    section = running[running.index("## Failures and resuming"):]
     section = section[: section.index("\n## ")]
     assert "LockException" in section and "IncompleteFilesException" in section
     assert "--unlock" in section and "--rerun-incomplete" in section
