@@ -25,10 +25,11 @@ venv: $(VENV)/.installed
 # --max-jobs-per-timespan 1000/60s: Snakemake's default (100/1s) re-runs its scheduler every
 # second, re-evaluating the params of every ready job each time; on the demo that took 25-45%
 # of one of the 2 cores (issue 16, measured 2026-12-01). Locally the limit never binds; a job
-# that finishes still wakes the scheduler at once. Last, the HTML report of every table and
-# figure the run built (results/report.html).
+# that finishes still wakes the scheduler at once. --rerun-triggers: the profile's policy
+# (profiles/slurm/config.yaml: an edited adapter script alone reruns nothing). Last, the HTML
+# report of every table and figure the run built (results/report.html).
 demo: venv
-	$(VENV)/bin/snakemake all --configfile config/demo.yaml --cores $(CORES) --keep-going --rerun-incomplete --show-failed-logs --max-jobs-per-timespan 1000/60s --logger rich --set-threads train_model=1 autoattack=1 invert=1 measure_hsic=1 train_generator=1 train_evaluation_model=1 train_face_embedding=1 train_instrument_classifier=1
+	$(VENV)/bin/snakemake all --configfile config/demo.yaml --cores $(CORES) --keep-going --rerun-incomplete --rerun-triggers mtime params input software-env --show-failed-logs --max-jobs-per-timespan 1000/60s --logger rich --set-threads train_model=1 autoattack=1 invert=1 measure_hsic=1 train_generator=1 train_evaluation_model=1 train_face_embedding=1 train_instrument_classifier=1
 	-$(VENV)/bin/python -m atat.critical_path
 	$(VENV)/bin/snakemake --report results/report.html --configfile config/demo.yaml
 

@@ -21,6 +21,9 @@ from atat.config import inversion_params  # noqa: E402
 from atat.config import dose_response_points, with_dose_response  # noqa: E402
 from atat.config import n_classes as _n_classes  # noqa: E402
 from atat.config_memo import validate_config_once  # noqa: E402
+from atat.data.manifest import STAMP_SUFFIX  # noqa: E402
+from atat.data.manifest import stamp_path as _stamp_path  # noqa: E402
+from atat.data.manifest import stamp_problems as _stamp_problems  # noqa: E402
 from atat.inversion_resources import gpu_memory_mb  # noqa: E402
 from atat.paper import (  # noqa: E402
     FIGURE2_SPEC,
@@ -113,6 +116,38 @@ def dataset_dir(dataset):
     return f"{RES}/datasets/{dataset}"
 
 
+def dataset_stamp(dataset):
+    """What a job that reads ``dataset`` declares as its input: the stamp next to the folder
+    (atat.data.manifest.write_stamp: the manifest's checksum), never the folder itself, whose
+    mtime changes whenever anything inside it does. Scripts get the folder back with
+    atat.data.manifest.dataset_folder."""
+    return str(_stamp_path(dataset_dir(dataset)))
+
+
+def warn_about_broken_datasets():
+    """At every invocation (dry runs too): a dataset folder that no longer matches its stamp
+    (emptied, deleted, edited) is named with how to restore it; nothing is rerun for it."""
+    stamps = [dataset_stamp(name) for name in config["datasets"]]
+    for problem in _stamp_problems(stamps, files=False):
+        print(f"WARNING: {problem}", file=sys.stderr)
+
+
+def check_datasets_before_jobs():
+    """Before the first job starts (onstart; not in dry runs): every dataset that a job about to
+    run reads, and that no job of this run rebuilds, must match its stamp, every listed image
+    file present. Otherwise stop with no job started, so no output a job would replace is
+    deleted by Snakemake for a job that cannot work."""
+    jobs = list(workflow.dag.needrun_jobs())
+    rebuilt = {str(f) for job in jobs for f in job.output}
+    stamps = {str(f) for job in jobs for f in job.input if str(f).endswith(STAMP_SUFFIX)}
+    problems = _stamp_problems(sorted(stamps - rebuilt), files=True)
+    if problems:
+        raise WorkflowError("\n".join(problems) + "\nNo job was started.")
+
+
+warn_about_broken_datasets()
+
+
 def dataset_resolution(dataset):
     return config["datasets"][dataset]["resolution"]
 
@@ -152,7 +187,7 @@ def stop_reference(wildcards):
 
 
 def train_inputs(wildcards):
-    inputs = {"dataset": dataset_dir(wildcards.dataset)}
+    inputs = {"dataset": dataset_stamp(wildcards.dataset)}
     if prior_model(wildcards):
         inputs["prior_model"] = prior_model(wildcards)
     if stop_reference(wildcards):
@@ -254,7 +289,7 @@ def inversion_inputs(wildcards):
     ds = wildcards.dataset
     inputs = dict(
         model=f"results/models/{ds}/{wildcards.arch}/{wildcards.defense}/seed{wildcards.seed}/model.pt",
-        dataset=dataset_dir(ds),
+        dataset=dataset_stamp(ds),
         generator=generator_file(config["datasets"][ds]["generator"]),
         evaluation=f"results/evaluation/{ds}/model.pt",
     )
@@ -402,7 +437,7 @@ FACE_CFG = config.get("face_embedding") or {}
 
 
 def evaluation_model_inputs(wildcards):
-    inputs = {"dataset": dataset_dir(wildcards.dataset)}
+    inputs = {"dataset": dataset_stamp(wildcards.dataset)}
     if EVAL_CFG.get("pretrained"):
         inputs["weights"] = evaluation_weights_file()  # the ImageNet Inception-v3 file
     return inputs
@@ -470,3 +505,7 @@ def face_network_file(dataset):
     if FACE_CFG.get("source") == "public_classifier":
         return public_classifier_file(dataset)
     return facenet_file()  # the downloaded VGGFace2 InceptionResnetV1 state dict
+
+
+onstart:
+    check_datasets_before_jobs()

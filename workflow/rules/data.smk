@@ -8,9 +8,15 @@ OFFLINE = bool(config.get("offline", False))
 DOWNLOAD_RETRIES = 0 if OFFLINE else 3
 
 
+# A dataset is a folder plus its stamp `<name>.dataset.json` (atat.data.manifest.write_stamp:
+# the manifest's checksum, written after the manifest was checked against the files). Jobs that
+# read a dataset declare the stamp, not the folder: emptying or touching the folder reruns
+# nothing; a job that would read a folder that no longer matches its stamp is stopped before
+# any job starts (onstart, common.smk), so no output it would replace is lost.
 rule synthfaces:
     output:
-        directory(f"{RES}/datasets/{{dataset}}"),
+        folder=directory(f"{RES}/datasets/{{dataset}}"),
+        stamp=f"{RES}/datasets/{{dataset}}{STAMP_SUFFIX}",
     wildcard_constraints:
         dataset=_alt(SYNTH),
     params:
@@ -140,7 +146,8 @@ rule prepare_dataset:
     # Real datasets (FaceScrub, CelebA, Stanford Dogs): download (or use files placed by hand
     # under <resources_dir>/raw/<source>/ when offline), verify, extract, crop, split.
     output:
-        directory(f"{RES}/datasets/{{dataset}}"),
+        folder=directory(f"{RES}/datasets/{{dataset}}"),
+        stamp=f"{RES}/datasets/{{dataset}}{STAMP_SUFFIX}",
     wildcard_constraints:
         dataset=_alt(REAL),
     params:

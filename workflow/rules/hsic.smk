@@ -13,7 +13,7 @@ HSIC_CFG = config.get("hsic") or {}
 rule measure_hsic:
     input:
         model="results/models/{dataset}/{arch}/{defense}/seed{seed}/model.pt",
-        dataset=lambda wc: dataset_dir(wc.dataset),
+        dataset=lambda wc: dataset_stamp(wc.dataset),
     output:
         "results/hsic/{dataset}/{arch}/{defense}/seed{seed}.json",
     params:

@@ -25,7 +25,7 @@ rule train_generator:
     # the official priors) trained on the dataset's PUBLIC pool (identities disjoint from the
     # private ones). At full scale the generators are downloaded instead (rule stylegan_weights).
     input:
-        dataset=lambda wc: dataset_dir(config["generators"][wc.generator]["train"]["dataset"]),
+        dataset=lambda wc: dataset_stamp(config["generators"][wc.generator]["train"]["dataset"]),
     output:
         "results/generators/{generator}.pkl",
     wildcard_constraints:
@@ -66,7 +66,7 @@ rule prior_quality:
         face_metrics=lambda wc: prior_instrument_files(
             config["generators"][wc.generator]["train"]["dataset"], "metrics.json"
         ),
-        dataset=lambda wc: dataset_dir(config["generators"][wc.generator]["train"]["dataset"]),
+        dataset=lambda wc: dataset_stamp(config["generators"][wc.generator]["train"]["dataset"]),
     output:
         prior_quality_path("{generator}"),
     wildcard_constraints:
@@ -93,7 +93,7 @@ rule real_embeddings:
     # (issue 16; identical for jobs attacking every class, float rounding for a subset).
     input:
         evaluation="results/evaluation/{dataset}/model.pt",
-        dataset=lambda wc: dataset_dir(wc.dataset),
+        dataset=lambda wc: dataset_stamp(wc.dataset),
         face=lambda wc: face_network_file(wc.dataset) or [],
     output:
         "results/inversion/{dataset}/real_embeddings.pt",
@@ -196,7 +196,7 @@ rule figure_reconstructions:
     # reconstruction of it (the image of maximum evaluation confidence: not cherry-picked).
     input:
         images=lambda wc: list(reconstruction_inputs(wc).values()),
-        dataset=lambda wc: dataset_dir(wc.dataset),
+        dataset=lambda wc: dataset_stamp(wc.dataset),
     output:
         report(
             "results/figures/reconstructions_{dataset}_{arch}_{attack}.png",
@@ -287,7 +287,7 @@ rule figure1:
     input:
         model=lambda wc: f"{model_dir(unseen_pixel_run(wc))}/model.pt",
         images=lambda wc: f"results/inversion/{unseen_pixel_run(wc).path}/ppa/best_images.pt",
-        dataset=lambda wc: dataset_dir(wc.dataset),
+        dataset=lambda wc: dataset_stamp(wc.dataset),
     output:
         report(
             "results/figures/figure1_unseen_pixels_{dataset}_{arch}.png",

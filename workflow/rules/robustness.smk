@@ -9,7 +9,7 @@
 rule autoattack:
     input:
         model="results/models/{dataset}/{arch}/{defense}/seed{seed}/model.pt",
-        dataset=lambda wc: dataset_dir(wc.dataset),
+        dataset=lambda wc: dataset_stamp(wc.dataset),
     output:
         AUTOATTACK_OUTPUT,
     params:

@@ -132,7 +132,7 @@ rule figure_robustness:
 rule figure5:
     input:
         model=lambda wc: f"{model_dir(figure5_model_run())}/model.pt",
-        dataset=lambda wc: dataset_dir(figure5_model_run().dataset),
+        dataset=lambda wc: dataset_stamp(figure5_model_run().dataset),
     output:
         report(
             "results/figures/figure5_adversarial_examples.png",

@@ -4,12 +4,13 @@ from _common import setup
 
 setup(snakemake)  # noqa: F821
 
+from atat.data.manifest import dataset_folder  # noqa: E402
 import logging  # noqa: E402
 
 from atat.figures import adversarial_examples_figure  # noqa: E402
 
 sm = snakemake  # noqa: F821
-info = adversarial_examples_figure(sm.input.model, f"{sm.input.dataset}/private",
+info = adversarial_examples_figure(sm.input.model, f"{dataset_folder(sm.input.dataset)}/private",
                                    sm.params.epsilons, sm.output[0], seed=int(sm.params.seed))
 log = logging.getLogger("figure5")
 if not info["pool"]:  # the figure says so; the log too

@@ -5,12 +5,13 @@ from _common import setup
 
 setup(snakemake)  # noqa: F821
 
+from atat.data.manifest import dataset_folder  # noqa: E402
 from atat.figures import cell_title, reconstruction_grid  # noqa: E402
 from atat.paper import ATTACK_NAMES, label  # noqa: E402
 
 sm = snakemake  # noqa: F821
 w = sm.wildcards
-reconstruction_grid(dict(sm.params.models), f"{sm.input.dataset}/private", sm.output[0],
+reconstruction_grid(dict(sm.params.models), f"{dataset_folder(sm.input.dataset)}/private", sm.output[0],
                     title=f"{label(ATTACK_NAMES, w.attack)} reconstructions, "
                           f"{cell_title(w.dataset, w.arch)} (each: the image of max. "
                           "evaluation confidence)")

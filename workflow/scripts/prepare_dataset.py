@@ -2,12 +2,14 @@
 dataset (FaceScrub, CelebA, Stanford Dogs) into the manifest format (rule prepare_dataset).
 
 params: source, raw_dir, split_seed, n_classes, offline (optional: lock_file);
-output[0]: the dataset directory (the dataset root is output[0]/private)."""
+output.folder: the dataset directory (the dataset root is output.folder/private);
+output.stamp: its stamp (atat.data.manifest.write_stamp), written last."""
 
 from _common import setup
 
 setup(snakemake)  # noqa: F821
 
+from atat.data.manifest import write_stamp  # noqa: E402
 from atat.data.prepare import prepare_dataset  # noqa: E402
 from atat.fetch import DEFAULT_LOCK_FILE  # noqa: E402
 
@@ -23,3 +25,5 @@ prepare_dataset(
     workers=max(1, int(snakemake.threads)),  # noqa: F821
     overwrite=True,  # Snakemake has removed any old output before the job starts
 )
+stamp = write_stamp(snakemake.output.folder)  # noqa: F821
+assert str(stamp) == snakemake.output.stamp, (stamp, snakemake.output.stamp)  # noqa: F821
