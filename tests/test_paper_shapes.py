@@ -81,7 +81,7 @@ def _densenet_published_keys(state: dict) -> dict:
 def _fabricate_dataset(root: Path, name: str, n_classes: int, split_seed: int, rng) -> None:
     from PIL import Image
 
-    from atat.data.manifest import split_indices, write_dataset
+    from atat.data.manifest import split_indices, write_dataset, write_stamp
 
     private = root / "private"
     rows = []
@@ -100,6 +100,7 @@ def _fabricate_dataset(root: Path, name: str, n_classes: int, split_seed: int, r
     write_dataset(private, df, {"name": name, "source": name, "resolution": None,
                                 "class_names": [f"{name}_identity_{c}" for c in range(n_classes)],
                                 "split_seed": split_seed, "pool": "private"})
+    write_stamp(root)  # what rule prepare_dataset writes last: the jobs' declared input
 
 
 def _torchvision_state(arch: str, weights: str) -> dict:
