@@ -8,8 +8,8 @@ children::
 
     job resources: rule=train_model cpu_s=51.2 user_s=49.8 sys_s=1.4 wall_s=55.0 max_rss_mb=812 threads=1
 
-and ``python -m atat.jobstats logs`` sums those lines per rule (the README's per-rule CPU
-table of a demo run).  A log holds the current attempt only (``*.attempts.log`` keeps all
+and ``python -m atat.jobstats logs`` sums those lines per rule (the per-rule CPU table of
+docs/miniature.md).  A log holds the current attempt only (``*.attempts.log`` keeps all
 attempts and is not read), so a retried job counts once.
 """
 

@@ -35,7 +35,8 @@ untrained generator reaches normalised recall 0.52 but coverage 0.23, recognitio
 seeds ``face_embedding.seed + 0, 1, ...``). Where a from-scratch classifier puts the
 structure-free floor is arbitrary: on the demo's priors one classifier's seed alone moved the
 normalised recognition between 0.10 and 0.70 and the precision between -0.71 and 0.90 while the
-prior's raw values barely moved (README, "The prior-quality instrument across its own seeds").
+prior's raw values barely moved (docs/measurements.md, "The prior-quality instrument across its
+own seeds").
 Each classifier measures the prior on its own (its own held-out split, the same samples and
 floor images); the record's value of each statistic is the **median** over the classifiers of
 each of ``prior``, ``ceiling``, ``floor`` and ``normalised`` (the verdict reads the median of the
