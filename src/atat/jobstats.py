@@ -8,7 +8,8 @@ children::
 
     job resources: rule=train_model cpu_s=51.2 user_s=49.8 sys_s=1.4 wall_s=55.0 max_rss_mb=812 threads=1
 
-and ``python -m atat.jobstats logs`` sums those lines per rule (the per-rule CPU table of
+(written by :func:`atat.progress.log_resources_at_exit`, which every job calls) and
+``python -m atat.jobstats logs`` sums those lines per rule (the per-rule CPU table of
 docs/miniature.md).  A log holds the current attempt only (``*.attempts.log`` keeps all
 attempts and is not read), so a retried job counts once.
 """
@@ -16,46 +17,11 @@ attempts and is not read), so a retried job counts once.
 from __future__ import annotations
 
 import argparse
-import atexit
-import re
-import resource
 import sys
-import time
 from pathlib import Path
 from typing import Iterable, Sequence
 
-LINE = re.compile(r"job resources: rule=(?P<rule>\S+) cpu_s=(?P<cpu>[\d.]+) "
-                  r"user_s=[\d.]+ sys_s=[\d.]+ wall_s=(?P<wall>[\d.]+) "
-                  r"max_rss_mb=(?P<rss>\d+) threads=(?P<threads>\d+)")
-
-
-def resources_line(rule: str, wall_s: float, threads: int) -> str:
-    """The exit line of a job: CPU of this process and of its waited-for children."""
-    me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(
-        resource.RUSAGE_CHILDREN)
-    user, system = me.ru_utime + kids.ru_utime, me.ru_stime + kids.ru_stime
-    rss_mb = max(me.ru_maxrss, kids.ru_maxrss) // 1024  # Linux: kilobytes
-    return (f"job resources: rule={rule} cpu_s={user + system:.1f} user_s={user:.1f} "
-            f"sys_s={system:.1f} wall_s={wall_s:.1f} max_rss_mb={rss_mb} threads={threads}")
-
-
-def log_resources_at_exit(rule: str, threads: int) -> None:
-    """Write :func:`resources_line` to the job's stderr (its log) when the interpreter exits,
-    also after an error; nothing if that stream was closed before."""
-    start = time.perf_counter()
-    stream = sys.stderr
-
-    def write() -> None:
-        if getattr(stream, "closed", False):
-            return
-        try:
-            stream.write(f"{time.strftime('%Y-%m-%d %H:%M:%S')} INFO atat.jobstats: "
-                         f"{resources_line(rule, time.perf_counter() - start, threads)}\n")
-            stream.flush()
-        except (OSError, ValueError):
-            pass
-
-    atexit.register(write)
+from atat.progress import LINE
 
 
 def collect(paths: Iterable[Path]) -> dict[str, dict[str, float]]:

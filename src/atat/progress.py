@@ -14,7 +14,11 @@ does not count the steps it skipped)."""
 
 from __future__ import annotations
 
+import atexit
 import logging
+import re
+import resource
+import sys
 import time
 from typing import Any, Callable, Iterable, Iterator, TypeVar
 
@@ -91,3 +95,39 @@ def track(iterable: Iterable[T], desc: str, *, total: int | None = None,
     for item in iterable:
         yield item
         prog.step()
+
+
+# ------------------------------------------------------------------------------ exit line
+#: a job's last log line: its CPU and wall time (summed per rule by ``python -m atat.jobstats``)
+LINE = re.compile(r"job resources: rule=(?P<rule>\S+) cpu_s=(?P<cpu>[\d.]+) "
+                  r"user_s=[\d.]+ sys_s=[\d.]+ wall_s=(?P<wall>[\d.]+) "
+                  r"max_rss_mb=(?P<rss>\d+) threads=(?P<threads>\d+)")
+
+
+def resources_line(rule: str, wall_s: float, threads: int) -> str:
+    """The exit line of a job: CPU of this process and of its waited-for children."""
+    me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(
+        resource.RUSAGE_CHILDREN)
+    user, system = me.ru_utime + kids.ru_utime, me.ru_stime + kids.ru_stime
+    rss_mb = max(me.ru_maxrss, kids.ru_maxrss) // 1024  # Linux: kilobytes
+    return (f"job resources: rule={rule} cpu_s={user + system:.1f} user_s={user:.1f} "
+            f"sys_s={system:.1f} wall_s={wall_s:.1f} max_rss_mb={rss_mb} threads={threads}")
+
+
+def log_resources_at_exit(rule: str, threads: int) -> None:
+    """Write :func:`resources_line` to the job's stderr (its log) when the interpreter exits,
+    also after an error; nothing if that stream was closed before."""
+    start = time.perf_counter()
+    stream = sys.stderr
+
+    def write() -> None:
+        if getattr(stream, "closed", False):
+            return
+        try:
+            stream.write(f"{time.strftime('%Y-%m-%d %H:%M:%S')} INFO atat.jobstats: "
+                         f"{resources_line(rule, time.perf_counter() - start, threads)}\n")
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+
+    atexit.register(write)

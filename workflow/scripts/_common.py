@@ -1,7 +1,7 @@
 """Shared set-up of the thin Snakemake adapters: run the package of *this* checkout, send
 logging and warnings to the rule's log file and append them to its attempts log (one header
 line per attempt), pin the thread count, remove stale temporaries of the job's outputs, and
-log the job's CPU time at exit (atat.jobstats)."""
+log the job's CPU time at exit (atat.progress; summed by atat.jobstats)."""
 
 from __future__ import annotations
 
@@ -111,7 +111,7 @@ def setup(snakemake: Any) -> None:
     for out in snakemake.output:
         remove_stale_temporaries(out)
     torch.set_num_threads(max(1, int(snakemake.threads)))
-    from atat.jobstats import log_resources_at_exit
+    from atat.progress import log_resources_at_exit
 
     log_resources_at_exit(getattr(snakemake, "rule", "?"), int(snakemake.threads))
 
