@@ -144,3 +144,21 @@ def test_an_emptied_dataset_costs_no_trained_model_and_is_restored_without_retra
     gone = snakemake(work, *targets)
     assert gone.returncode == 0 and fingerprint(work) == trained
     assert "the dataset folder is missing" in gone.stderr
+
+
+def test_the_demo_and_the_profile_share_the_rerun_policy_without_the_code_trigger():
+    """Decided once (profiles/slurm/config.yaml's comment): mtime with recorded checksums,
+    params, input set, software environment; an edited adapter script alone reruns nothing."""
+    import yaml
+
+    policy = ["mtime", "params", "input", "software-env"]
+    profile = yaml.safe_load((ROOT / "profiles" / "slurm" / "config.yaml").read_text())
+    assert profile["rerun-triggers"] == policy
+    overlay = yaml.safe_load((ROOT / "profiles" / "slurm-test" / "config.yaml").read_text())
+    assert "rerun-triggers" not in overlay  # stacked on the real profile: the same policy
+    demo = [line.split() for line in (ROOT / "Makefile").read_text().splitlines()
+            if "snakemake all --configfile config/demo.yaml" in line]
+    assert len(demo) == 1
+    words = demo[0]
+    i = words.index("--rerun-triggers")
+    assert words[i + 1:i + 1 + len(policy)] == policy and words[i + 1 + len(policy)].startswith("-")
