@@ -325,8 +325,8 @@ PAPER_NAME_CASES = [
 
 
 def test_rolss_on_a_densenet_stops_before_any_job():
-    """RoLSS cannot load ImageNet weights into a DenseNet (spec §2.6): a grid cell asking for it
-    is rejected by the config check, not by the training job hours later."""
+    """RoLSS cannot load ImageNet weights into a DenseNet (docs/sources.md#rolss): a grid cell
+    asking for it is rejected by the config check, not by the training job hours later."""
     cfg = load_config(PAPER)
     cfg["grid"][1]["architectures"] = ["resnet152", "densenet169"]
     with pytest.raises(ConfigError, match="defenses.rolss.*densenet169"):

@@ -1,4 +1,5 @@
-"""Vanilla adversarial training (spec §2.8): untargeted PGD, loss on the TRUE label."""
+"""Vanilla adversarial training (docs/sources.md#adversarial-training): untargeted PGD, loss on the
+TRUE label."""
 
 import pytest
 import torch

@@ -1,6 +1,6 @@
-"""BiDO (spec §2.3): the loss is CE_mean + λx Σ_l nHSIC(Z_l, X) − λy Σ_l nHSIC(Z_l, Y) over the
-four stage outputs, its HSIC values equal the formula, its gradient reaches the first layer,
-and one real training run through atat.train."""
+"""BiDO (docs/sources.md#bido): the loss is CE_mean + λx Σ_l nHSIC(Z_l, X) − λy Σ_l nHSIC(Z_l, Y)
+over the four stage outputs, its HSIC values equal the formula, its gradient reaches the first
+layer, and one real training run through atat.train."""
 
 import numpy as np
 import pytest
@@ -18,7 +18,8 @@ N_CLASSES = 3
 
 
 def reference_nhsic(a, b, ktype_b="gaussian", sigma=5.0, eps=1e-5):
-    """float64 trace(R_A R_B) written from spec §4 with explicit pairwise distances."""
+    """float64 trace(R_A R_B) written from docs/sources.md#hsic-estimator with explicit pairwise
+    distances."""
     def r(x, ktype):
         x = np.asarray(x, dtype=np.float64).reshape(len(x), -1)
         m, d = x.shape

@@ -1,4 +1,4 @@
-"""MID (spec §2.2): bottleneck shape, KL term of the loss, stochastic evaluation, one real
+"""MID (docs/sources.md#mid): bottleneck shape, KL term of the loss, stochastic evaluation, one real
 training run through atat.train."""
 
 import numpy as np

@@ -1,5 +1,6 @@
-"""NegLS (spec §2.5): the REPO α schedule (and PPA's one-epoch shift), the loss against the hand
-formula, the current α in training/evaluation, and one real training run through atat.train."""
+"""NegLS (docs/sources.md#negls): the REPO α schedule (and PPA's one-epoch shift), the loss against
+the hand formula, the current α in training/evaluation, and one real training run through
+atat.train."""
 
 import math
 

@@ -1,4 +1,4 @@
-"""Unseen-Pixels pixel-mask defense (paper App. E.2; spec §2.9)."""
+"""Unseen-Pixels pixel-mask defense (paper App. E.2; docs/sources.md#unseen-pixels)."""
 
 import numpy as np
 import pytest

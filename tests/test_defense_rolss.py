@@ -1,4 +1,4 @@
-"""RoLSS / RoLSS-SSF (spec §2.6): skip factors per block, no identity path for skip 0,
+"""RoLSS / RoLSS-SSF (docs/sources.md#rolss): skip factors per block, no identity path for skip 0,
 identity scaled by k for SSF, torchvision parameter names (ImageNet weights load)."""
 
 import pytest

@@ -1,4 +1,5 @@
-"""TL-DMI (spec §2.4): which children are frozen, trainable counts, frozen tensors stay put."""
+"""TL-DMI (docs/sources.md#tl-dmi): which children are frozen, trainable counts, frozen tensors stay
+put."""
 
 import pytest
 import torch
@@ -105,7 +106,8 @@ def test_frozen_parameters_identical_after_two_epochs_of_atat_train(tmp_path, mo
     changed = [n for n, _ in model.features.named_parameters()
                if n.startswith("layer4.") and not torch.equal(state[f"features.{n}"], init[n])]
     assert changed, "layer4 was not trained"
-    # spec §2.4: frozen BatchNorm layers keep updating their running statistics (train mode)
+    # docs/sources.md#tl-dmi: frozen BatchNorm layers keep updating their running statistics (train
+    # mode)
     assert not torch.equal(state["features.bn1.running_mean"], init["bn1.running_mean"])
     assert not torch.equal(state["features.layer3.1.bn2.running_var"],
                            init["layer3.1.bn2.running_var"])

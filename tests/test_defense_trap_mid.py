@@ -1,5 +1,5 @@
-"""Trap-MID (spec §2.7): trapdoor-label schedule, augmentation, trigger/discriminator update,
-trapdoor learning, state round trip, training through atat.train."""
+"""Trap-MID (docs/sources.md#trap-mid): trapdoor-label schedule, augmentation, trigger/discriminator
+update, trapdoor learning, state round trip, training through atat.train."""
 
 import copy
 

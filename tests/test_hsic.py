@@ -1,5 +1,6 @@
-"""atat.hsic: the normalised-CCA HSIC of spec §4 against a float64 NumPy implementation written
-directly from the formula, flattening, argument conventions, dependence ordering, gradients."""
+"""atat.hsic: the normalised-CCA HSIC of docs/sources.md#hsic-estimator against a float64 NumPy
+implementation written directly from the formula, flattening, argument conventions, dependence
+ordering, gradients."""
 
 import numpy as np
 import pytest

@@ -1,4 +1,5 @@
-"""HSIC measurement of a trained model (spec §4) and the HSIC tables built from it."""
+"""HSIC measurement of a trained model (docs/sources.md#hsic-measurement) and the HSIC tables built
+from it."""
 
 import numpy as np
 import pandas as pd

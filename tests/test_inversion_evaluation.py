@@ -1,4 +1,5 @@
-"""Evaluation model (spec attacks §5.2) and face-embedding networks (§5.4)."""
+"""Evaluation model (docs/sources.md#evaluation-model) and face-embedding networks
+(docs/sources.md#facenet-distance)."""
 
 import pytest
 import torch
@@ -121,7 +122,7 @@ def test_facenet_loader_reads_a_state_dict_and_gives_unit_norm_embeddings(tmp_pa
         assert torch.allclose(emb, ref(x), atol=1e-6)
     with pytest.raises(FileNotFoundError):
         load_facenet(tmp_path / "missing.pt")
-    assert net.resolution == 160  # spec §5.4 default
+    assert net.resolution == 160  # docs/sources.md#facenet-distance default
     # face_embedding.resolution is used for the FaceNet source (it was hard-coded to 160)
     assert load_face_network(tmp_path / "vggface2.pt", resolution=128).resolution == 128
 

@@ -1,4 +1,4 @@
-"""Tests for atat.inversion.ifgmi (spec attacks.md §3, §8 items 9-11)."""
+"""Tests for atat.inversion.ifgmi (docs/sources.md#if-gmi)."""
 
 from __future__ import annotations
 
@@ -158,7 +158,7 @@ def test_recorded_image_is_from_before_the_update():
     after = G.synthesis.forward_from(1, out["mid"], broadcast_w(G, out["w"]), noise_mode="const")
     assert torch.equal(out["last_img"], before)
     assert not torch.allclose(after, before)
-    # starting at block 1 drops block 0's toRGB contribution (spec §3.1 / §8.10)
+    # starting at block 1 drops block 0's toRGB contribution (docs/sources.md#if-gmi)
     full = G.synthesis(broadcast_w(G, w), noise_mode="const")
     assert not torch.allclose(before, full)
     x0, img0 = G.synthesis.block_features(broadcast_w(G, w), 0)

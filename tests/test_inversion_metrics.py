@@ -1,5 +1,6 @@
-"""Attack metrics (spec attacks §5.3-5.5): top-1/top-5/confidence on hand-set logits, squared
-distances to the nearest training image of the target class, NaN δ_face without a face net."""
+"""Attack metrics (docs/sources.md#attack-accuracy-and-confidence, #facenet-distance,
+#evaluation-model-distance): top-1/top-5/confidence on hand-set logits, squared distances to the
+#nearest training image of the target class, NaN δ_face without a face net."""
 
 import math
 

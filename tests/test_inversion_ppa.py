@@ -1,4 +1,5 @@
-"""PPA and the attack building blocks shared with IF-GMI/PPDG (spec attacks.md §1-2, §7b)."""
+"""PPA and the attack building blocks shared with IF-GMI/PPDG (docs/sources.md#attack-conventions,
+#ppa, #identity-losses)."""
 
 from __future__ import annotations
 
@@ -51,8 +52,8 @@ def params(**kw):
 
 
 def test_poincare_loss_hand_value():
-    # spec §7b: K=2, logits (2, -1), y = 0 -> loss ~ 9.210. (The spec quotes delta ~ 4997.7;
-    # the exact value of its own formula is 4998.75, which still gives 9.210.)
+    # docs/sources.md#identity-losses: K=2, logits (2, -1), y = 0 -> loss ~ 9.210. (delta by the
+    # formula is 4998.75; a rounded 4997.7 gives the same 9.210.)
     u0, u1 = 2 / 3, -1 / 3                       # float64 by hand
     delta = 2 * ((u0 - 0.9999) ** 2 + u1 ** 2) / ((1 - 5 / 9) * (1 - 0.9999 ** 2))
     assert delta == pytest.approx(4998.75, abs=0.01)

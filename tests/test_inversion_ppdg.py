@@ -1,4 +1,4 @@
-"""Tests for atat.inversion.ppdg (spec attacks.md §4) on tiny networks."""
+"""Tests for atat.inversion.ppdg (docs/sources.md#ppdg) on tiny networks."""
 
 from __future__ import annotations
 
@@ -102,7 +102,7 @@ def _same(a, b):
     return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
 
 
-# ------------------------------------------------------------------ §4.3 losses
+# ------------------------------------------------------------------ docs/sources.md#ppdg losses
 def _mmd_loop(x, y, kernel_mul=2.0, kernel_num=5):
     z = torch.cat([x, y]).double()
     n, total = len(x), len(x) + len(y)
@@ -154,7 +154,7 @@ def test_ct_hand_computation_2x2():
     assert float(ct_loss(y, y)) < float(ct_loss(x, y))
 
 
-# ------------------------------------------------------------------ §4.2 f projection
+# ------------------------------------------------------------------ docs/sources.md#ppdg projection
 def test_schedule_matches_spec():
     lr, noise = ppdg._schedule(0, 100, 0.01, 0.25, 0.05, 0.75, 0.05, 2.0)
     assert lr == 0.0 and noise == pytest.approx(2.0 * 0.05)
@@ -209,7 +209,7 @@ def test_d_loss_falls_back_when_group_does_not_divide():
     torch.testing.assert_close(loss, expected)
 
 
-# ------------------------------------------------------------------ §4.2 g fine-tuning
+# ----------------------------------------------------------------- docs/sources.md#ppdg fine-tuning
 @pytest.mark.parametrize("measure", ["pointwise", "mmd", "ct"])
 def test_tune_generator(measure):
     G, perc = _G(), _perceptual()
@@ -225,11 +225,11 @@ def test_tune_generator(measure):
     assert any(k.startswith("synthesis.") for k in changed)
     assert not (changed & buffers)  # noise_const, w_avg, resample filters untouched
     assert not any(k.startswith("mapping.") for k in changed)  # pivots fixed: no gradient
-    assert G.training  # left in train mode (spec §4.2 g-h)
+    assert G.training  # left in train mode (docs/sources.md#ppdg)
     assert not any(p.requires_grad for p in G.parameters())
 
 
-# ------------------------------------------------------------------ §4.2 driver
+# ------------------------------------------------------------------ docs/sources.md#ppdg driver
 def test_run_ppdg_structure_and_original_untouched(monkeypatch):
     G, D, tm, perc = _G(), _D(), _target(), _perceptual()
     g0, d0, t0 = _state(G), _state(D), _state(tm)
@@ -275,7 +275,7 @@ def test_run_ppdg_structure_and_original_untouched(monkeypatch):
                      {k: v for k, v in tuned_state.items() if k != "mapping.w_avg"})
     assert seen[0][2] is not seen[2][2]
     # eval-mode G in round 1; the tuned G stays in train mode, so round 2's mapping call
-    # nudges w_avg once (spec §4.2 h)
+    # nudges w_avg once (docs/sources.md#ppdg)
     assert w_avg_moves == [False, True, False, True]
 
     frame = out["frame"]

@@ -1,4 +1,4 @@
-"""Tests for atat.inversion.safe_pickle (spec attacks.md §6.3)."""
+"""Tests for atat.inversion.safe_pickle (docs/sources.md#stylegan2-pickles)."""
 
 from __future__ import annotations
 

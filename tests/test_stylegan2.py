@@ -1,4 +1,5 @@
-"""Tests for atat.inversion.stylegan2 (spec attacks.md §6.1, §3.1, §6.3)."""
+"""Tests for atat.inversion.stylegan2 (docs/sources.md#stylegan2-generator, #if-gmi,
+#stylegan2-pickles)."""
 
 from __future__ import annotations
 
@@ -41,7 +42,8 @@ def _tiny(seed=1234, res=16, conv_clamp=None, noise=0.25) -> Generator:
 
 
 # ---------------------------------------------------------------------------------------
-# Architecture / names (spec §6.1 counts, §6.3 names)
+# Architecture / names (docs/sources.md#stylegan2-generator counts,
+# docs/sources.md#stylegan2-pickles names)
 # ---------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("res,n_params,n_tensors,num_ws", [(1024, 30_370_060, 182, 18),
@@ -351,7 +353,7 @@ def test_from_pickle_strict_roundtrip_with_official_kwargs_at_16px(tmp_path):
 
 
 # ---------------------------------------------------------------------------------------
-# Discriminator (spec §6.2) and the small-prior trainer
+# Discriminator (docs/sources.md#stylegan2-discriminator) and the small-prior trainer
 # ---------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("res,n_params,n_tensors", [(1024, 29_012_513, 82), (512, 28_982_849, 73)])

@@ -38,12 +38,13 @@ def torchvision_hash_prefix(url: str) -> str:
 
 
 # --------------------------------------------------------------------------------------
-# Pretrained weights of the model-inversion stage (spec attacks.md §4.2, §5.2, §5.4, §6.3):
-# StyleGAN2-ADA pickles, FaceNet (facenet-pytorch) and the LPIPS linear layers.  Each file
-# is checked against its entry in the committed lock file ``data/checksums.lock.yaml`` (key
-# ``weights/<kind>/<file name>``, the path below ``resources_dir``) and then *loaded* by a
-# content check before it may become the output; a file without a recorded sha256 gets its
-# sha256 and size recorded at its first download (or first use when placed by hand).
+# Pretrained weights of the model-inversion stage (docs/sources.md#ppdg, #evaluation-model,
+# #facenet-distance, #stylegan2-pickles): StyleGAN2-ADA pickles, FaceNet (facenet-pytorch) and the
+# LPIPS linear layers.  Each file is checked against its entry in the committed lock file
+# ``data/checksums.lock.yaml`` (key ``weights/<kind>/<file name>``, the path below
+# ``resources_dir``) and then *loaded* by a content check before it may become the output; a file
+# without a recorded sha256 gets its sha256 and size recorded at its first download (or first use
+# when placed by hand).
 # --------------------------------------------------------------------------------------
 
 LPIPS_VGG_URL = "https://github.com/richzhang/PerceptualSimilarity/raw/master/lpips/weights/v0.1/vgg.pth"

@@ -1,5 +1,6 @@
-"""Normalised-CCA HSIC ("hsic_normalized_cca" of BiDO; spec §4), the one estimator used both by
-the BiDO training loss (spec §2.3) and by the HSIC measurement of the paper's Tables 1/9.
+"""Normalised-CCA HSIC ("hsic_normalized_cca" of BiDO; docs/sources.md#hsic-estimator), the one
+estimator used both by the BiDO training loss (docs/sources.md#bido) and by the HSIC measurement of
+the paper's Tables 1/9.
 
 For a batch of m samples and matrices A (m × d_A), B (m × d_B):
 
@@ -92,9 +93,9 @@ def nhsic_from_normalized(r_a: Tensor, r_b: Tensor) -> Tensor:
 
 def nhsic(a: Tensor, b: Tensor, *, ktype_b: str = "gaussian", sigma: float = SIGMA,
           eps: float = EPS, dtype: torch.dtype = torch.float32) -> Tensor:
-    """Normalised-CCA HSIC of spec §4: Gaussian kernel on ``a``, kernel ``ktype_b`` on ``b``.
-    Returns a 0-dim tensor of ``dtype`` (float32 by default, as BiDO) with gradients to both
-    inputs."""
+    """Normalised-CCA HSIC of docs/sources.md#hsic-estimator: Gaussian kernel on ``a``, kernel
+    ``ktype_b`` on ``b``. Returns a 0-dim tensor of ``dtype`` (float32 by default, as BiDO) with
+    gradients to both inputs."""
     if a.shape[0] != b.shape[0]:
         raise ValueError(f"batch sizes differ: {a.shape[0]} vs {b.shape[0]}")
     r_a = normalized_kernel(a, "gaussian", sigma=sigma, eps=eps, dtype=dtype)
@@ -107,7 +108,7 @@ def one_hot(y: Tensor, n_classes: int, dtype: torch.dtype = torch.float32) -> Te
 
 
 def hsic_xz(x: Tensor, z: Tensor, **kw) -> Tensor:
-    """HSIC(X, Z_l) = nHSIC(Z_l, X): Gaussian kernels on both (spec §4)."""
+    """HSIC(X, Z_l) = nHSIC(Z_l, X): Gaussian kernels on both (docs/sources.md#hsic-estimator)."""
     return nhsic(z, x, ktype_b="gaussian", **kw)
 
 

@@ -1,7 +1,8 @@
-"""HSIC measurement of a trained model (paper §3 Table 1, App. D Tables 8/9; spec §4); the
-tables are built by :func:`atat.tables.hsic_table` (selection and captions: :mod:`atat.paper`).
+"""HSIC measurement of a trained model (paper §3 Table 1, App. D Tables 8/9;
+docs/sources.md#hsic-measurement); the tables are built by :func:`atat.tables.hsic_table` (selection
+and captions: :mod:`atat.paper`).
 
-Procedure (spec §4, REPO ``utils/bido_metrics.py``):
+Procedure (docs/sources.md#hsic-measurement, REPO ``utils/bido_metrics.py``):
 
 * loader: the **train** split by default, with the training augmentation, shuffled,
   ``drop_last`` (the loader the model was trained on; batch size = the training batch size);
@@ -17,8 +18,8 @@ Procedure (spec §4, REPO ``utils/bido_metrics.py``):
   raw per-batch values are kept in the output.
 
 Deviation: the REPO measures DenseNet stage outputs only for BiDO models (other DenseNets: the
-final pooled vector only, spec §4); here every ResNet and DenseNet gets its four stages, so
-rows of one table are comparable. The paper's HSIC tables are ResNet tables.
+final pooled vector only, docs/sources.md#hsic-measurement); here every ResNet and DenseNet gets its
+four stages, so rows of one table are comparable. The paper's HSIC tables are ResNet tables.
 
 Tiny datasets: when the split holds fewer samples than one batch (test configs), the whole
 split is one batch; ``batch_size_used`` records it (HSIC values depend on the batch size).
@@ -73,8 +74,8 @@ def _layer_names(model: nn.Module, n: int) -> list[str]:
 def measure_hsic_loader(model: nn.Module, loader: Any, n_classes: int, device: torch.device, *,
                         n_batches: int | None = None, yz_ktype: str = "linear",
                         progress: bool = False) -> dict[str, Any]:
-    """Run the spec §4 measurement over ``loader``; returns layers, per-layer means and the
-    rounded raw per-batch values."""
+    """Run the measurement of docs/sources.md#hsic-measurement over ``loader``; returns layers,
+    per-layer means and the rounded raw per-batch values."""
     model.eval()
     raw_xz: list[list[float]] = []
     raw_yz: list[list[float]] = []
@@ -121,9 +122,10 @@ def measure_hsic(model_path: str | Path, dataset_root: str | Path, resolution: i
                  out_path: str | Path | None = None, meta: Mapping[str, Any] | None = None,
                  progress: bool = False) -> dict[str, Any]:
     """HSIC(X, Z_l) and HSIC(Y, Z_l) of a model checkpoint of :func:`atat.train.train`
-    (spec §4). ``aug``: the training augmentation (train split only; ``None`` = the spec §1.3
-    default); ``seed`` seeds loader order and augmentation; ``n_batches`` caps the number of
-    batches (``None`` = all). Writes JSON to ``out_path`` when given and returns the dict."""
+    (docs/sources.md#hsic-measurement). ``aug``: the training augmentation (train split only;
+    ``None`` = the docs/sources.md#input-pipeline default); ``seed`` seeds loader order and
+    augmentation; ``n_batches`` caps the number of batches (``None`` = all). Writes JSON to
+    ``out_path`` when given and returns the dict."""
     from atat.train import load_model
 
     device = torch.device(device)

@@ -10,8 +10,8 @@ from typing import Any, Mapping
 #: ``config['preconditions']`` (keys of its quality record, atat.inversion.prior_quality)
 PRIOR_STATISTICS = ("recognition", "precision", "coverage")
 
-#: spec §5.2 recipe of the evaluation model and face-embedding network (REP classifier config);
-#: config values are merged over these.
+#: Recipe of the evaluation model and face-embedding network (REP classifier config;
+#: docs/sources.md#evaluation-model); config values are merged over these.
 EVAL_TRAINING_DEFAULTS: dict[str, Any] = {
     "epochs": 100, "lr": 1e-3, "betas": [0.9, 0.999], "batch_size": 128,
     "lr_milestones": [75, 90], "lr_gamma": 0.1, "eval_every": 5,
@@ -19,7 +19,7 @@ EVAL_TRAINING_DEFAULTS: dict[str, Any] = {
     "checkpoint_every": 1,
 }
 
-#: IF-GMI settings of spec §3.3 for keys the config does not give.
+#: IF-GMI settings of docs/sources.md#if-gmi for keys the config does not give.
 IFGMI_DEFAULTS: dict[str, Any] = {
     "lr": 0.005,
     "betas": [0.1, 0.1],
@@ -35,7 +35,7 @@ IFGMI_CANDIDATE_DEFAULTS: dict[str, Any] = {
 
 
 def ifgmi_settings(params: Mapping[str, Any]) -> dict[str, Any]:
-    """``params`` with the spec §3.3 defaults filled in for missing keys (e.g. the demo
+    """``params`` with the docs/sources.md#if-gmi defaults filled in for missing keys (e.g. the demo
     config names only candidates/batch_size/steps)."""
     out = {**IFGMI_DEFAULTS,
            **{k: v for k, v in params.items() if v is not None or k not in IFGMI_DEFAULTS}}

@@ -7,7 +7,7 @@ the networks a gradient flows through until the backward pass):
 * **optimisation** (PPA, IF-GMI, PPDG's PPA rounds): ``batch_size`` latents rendered at full
   resolution with gradient to ``w``, then the target model at its input resolution:
   ``batch · (synthesis_grad(r) + target(arch))``;
-* **PPDG generator tuning** (spec attacks §4.2 g): all synthesis parameters trainable on the
+* **PPDG generator tuning** (docs/sources.md#ppdg): all synthesis parameters trainable on the
   ``num_inv_points`` pivots at full resolution, pointwise LPIPS-VGG also at full resolution:
   ``fixed + n_points · (S·r + V·r²)``; with mmd/ct the VGG features are taken at 256 px (V·1);
 * **rendering without gradient** (candidate search, scoring, final selection): per image the

@@ -1,5 +1,5 @@
-"""Target architectures (paper A.4; spec §1.2): torchvision ResNet-18/152 and DenseNet-169
-(and the demo's shallow ResNet-10, from scratch only),
+"""Target architectures (paper A.4; docs/sources.md#architectures): torchvision ResNet-18/152 and
+DenseNet-169 (and the demo's shallow ResNet-10, from scratch only),
 optionally initialised from ImageNet weights stored in a local file, with the 1000-way head
 replaced by a fresh Linear layer and the network split into feature extractor + head."""
 
@@ -35,9 +35,9 @@ def densenet47(weights: object = None) -> torchvision.models.DenseNet:
     quarter each and the same proportions; 2 x 21 dense-layer convolutions + conv0 + 3
     transitions + the head = 47 layers. The demo's third architecture, in DenseNet-169's role
     (paper Table 24): same structure (dense blocks, transitions, the flat feature Sequential of
-    spec §1.2 with 15 children, denseblock1-4 as the stages), 424-d features. At 32 px, one
-    thread, batch 64, an Adam step costs ~0.42x ResNet-18's and ~0.8x ResNet-10's (measured
-    2026-12-02), as DenseNet-169 sits between the paper's ResNet-152 and ResNet-18. No
+    docs/sources.md#architectures with 15 children, denseblock1-4 as the stages), 424-d features. At
+    32 px, one thread, batch 64, an Adam step costs ~0.42x ResNet-18's and ~0.8x ResNet-10's
+    (measured 2026-12-02), as DenseNet-169 sits between the paper's ResNet-152 and ResNet-18. No
     ImageNet weights: from scratch only (``training.pretrained: false``; atat.config checks)."""
     if weights is not None:
         raise ValueError("densenet47 has no ImageNet weights (train it from scratch)")
@@ -78,7 +78,8 @@ class Classifier(nn.Module):
 
     def forward_hidden(self, x: Tensor) -> tuple[Tensor, list[Tensor]]:
         """Logits and the outputs of the four intermediate stages (ResNet layer1-4, DenseNet
-        denseblock1-4), as used by BiDO's loss and the HSIC measurement (spec §2.3, §4)."""
+        denseblock1-4), as used by BiDO's loss and the HSIC measurement (docs/sources.md#bido,
+        #hsic-measurement)."""
         wanted = set(self.stage_names())
         hidden: list[Tensor] = []
         if self.architecture.startswith("resnet"):
@@ -135,8 +136,8 @@ def build_model(architecture: str, n_classes: int, weights_path: str | Path | No
         features: nn.Module = net
     else:
         in_features = net.classifier.in_features
-        # spec §1.2: a flat Sequential of the children of `features` + ReLU + pooling + flatten
-        # (named, so the dense blocks keep their torchvision names)
+        # docs/sources.md#architectures: a flat Sequential of the children of `features` + ReLU +
+        # pooling + flatten (named, so the dense blocks keep their torchvision names)
         features = nn.Sequential(OrderedDict(
             [*net.features.named_children(), ("relu", nn.ReLU(inplace=False)),
              ("pool", nn.AdaptiveAvgPool2d((1, 1))), ("flatten", nn.Flatten(1))]))

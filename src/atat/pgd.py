@@ -1,5 +1,6 @@
-"""Projected gradient descent in the normalised [-1, 1] input space (spec §2.8), in float32
-with TF32 disabled by default (``precision``, see :mod:`atat.precision`)."""
+"""Projected gradient descent in the normalised [-1, 1] input space
+(docs/sources.md#adversarial-training), in float32 with TF32 disabled by default (``precision``, see
+:mod:`atat.precision`)."""
 
 from __future__ import annotations
 
@@ -15,8 +16,9 @@ __all__ = ["no_tf32", "pgd", "sample_targets", "tf32_disabled"]
 
 
 def sample_targets(y: Tensor, n_classes: int, generator: torch.Generator | None = None) -> Tensor:
-    """AT-AT target classes (spec §2.8): uniform over classes; a draw equal to the true label
-    is replaced by (t + 1) mod n_classes, so the target always differs from the label."""
+    """AT-AT target classes (docs/sources.md#adversarial-training): uniform over classes; a draw
+    equal to the true label is replaced by (t + 1) mod n_classes, so the target always differs from
+    the label."""
     if n_classes < 2:
         raise ValueError("targeted PGD needs at least 2 classes")
     t = torch.randint(0, n_classes, y.shape, generator=generator, device="cpu").to(y.device)

@@ -1,4 +1,4 @@
-"""AutoAttack robustness evaluation (paper §4, App. F.3/F.4; spec ``defenses.md`` §5).
+"""AutoAttack robustness evaluation (paper §4, App. F.3/F.4; docs/sources.md#autoattack).
 
 The paper reports, per model and per L∞ budget ε ∈ {0.031, 0.0025, 0.0005, 1e-5} (in [0, 1]
 pixel units), the robust accuracy of each of the four attacks of *standard* AutoAttack

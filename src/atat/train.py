@@ -1,5 +1,6 @@
-"""The one training loop shared by every defense (paper A.3; spec §1.1, §1.4), and by the
-inversion attacks' evaluation networks (:func:`fit`; spec attacks §5.2, §5.4).
+"""The one training loop shared by every defense (paper A.3; docs/sources.md#training-recipe), and
+by the inversion attacks' evaluation networks (:func:`fit`; docs/sources.md#evaluation-model,
+#facenet-distance).
 
 * Adam, MultiStepLR stepped once per epoch, loss summed over the batch (the defense decides).
 * Validation after every 0-based epoch divisible by ``eval_every``; the kept model is the
@@ -129,9 +130,9 @@ def evaluate(model: nn.Module, defense: Defense, loader: Any, device: torch.devi
 
 
 def permuted_targets(targets: list[int], seed: int) -> list[int]:
-    """Permuted-label training (paper §3, App. A.3.1; spec §1.6): image i receives the label of
-    training image perm[i], perm = randperm(n) from a torch Generator seeded with ``seed``.
-    Class frequencies are unchanged; the image-label pairing is destroyed."""
+    """Permuted-label training (paper §3, App. A.3.1; docs/sources.md#permuted-labels): image i
+    receives the label of training image perm[i], perm = randperm(n) from a torch Generator seeded
+    with ``seed``. Class frequencies are unchanged; the image-label pairing is destroyed."""
     perm = torch.randperm(len(targets), generator=torch.Generator().manual_seed(seed))
     return [int(targets[j]) for j in perm.tolist()]
 

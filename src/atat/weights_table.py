@@ -8,8 +8,8 @@ enums (and that each listed architecture has all of its enum members here), so a
 upgrade that renames a file fails the test rather than the download.
 
 Architectures: the target models (paper A.3: ResNet-18/152, DenseNet-169), the evaluation
-model Inception-v3 (spec attacks §5.2) and VGG16, the feature network of VGG16-LPIPS (spec
-attacks §4.2).
+model Inception-v3 (docs/sources.md#evaluation-model) and VGG16, the feature network of
+VGG16-LPIPS (docs/sources.md#ppdg).
 """
 
 from __future__ import annotations

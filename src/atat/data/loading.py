@@ -1,6 +1,6 @@
 """Torch datasets, transforms and loaders over the manifest format (:mod:`atat.data.manifest`).
 
-Transforms follow spec ``defenses.md`` §1.3:
+Transforms follow docs/sources.md#input-pipeline:
 
 * train: ``Resize((H, W), antialias)`` -> ``RandomResizedCrop((H, W), scale=(0.85, 1.0),
   ratio=(1, 1), antialias)`` -> ``RandomHorizontalFlip(0.5)`` -> ``ColorJitter(brightness=0.2,
@@ -83,7 +83,8 @@ def build_transform(
     normalize: bool = True,
     aug: Mapping[str, Any] | None = None,
 ) -> T.Compose:
-    """The spec §1.3 transform for ``resolution`` (int or ``(H, W)``); see module doc."""
+    """The transform of docs/sources.md#input-pipeline for ``resolution`` (int or ``(H, W)``); see
+    module doc."""
     hw = _hw(resolution)
     steps: list[Callable] = [T.Resize(hw, antialias=True)]
     if train:

@@ -2,9 +2,10 @@
 
 ``prepare_dataset(source, raw_dir=..., out_dir=...)`` turns the published archives of
 FaceScrub, CelebA (HD crops) or Stanford Dogs into a dataset root in the project's single
-format (:mod:`atat.data.manifest`) at ``out_dir/private``, following spec ``defenses.md`` §3;
-the per-dataset rules are in :mod:`atat.data.builders` (``facescrub``, ``celeba``,
-``stanford_dogs``), the downloads, verification and lock file in :mod:`atat.fetch`.
+format (:mod:`atat.data.manifest`) at ``out_dir/private``, following
+docs/sources.md#seeds-and-splits; the per-dataset rules are in :mod:`atat.data.builders`
+(``facescrub``, ``celeba``, ``stanford_dogs``), the downloads, verification and lock file in
+:mod:`atat.fetch`.
 
 The split is :func:`atat.data.manifest.split_indices` over the builder's sample order (90/10, then
 80/20, seed ``split_seed``) -- the same rule for all three.

@@ -73,8 +73,8 @@ DOMAINS = ("faces", "dogs")
 ACCESSORY_CONSISTENCY = 0.75
 
 # Default sizing, calibrated for the demo target: torchvision ResNet-18 from scratch at
-# 64 px, Adam lr 1e-3, batch 64, the spec §1.3 train augmentation, 10-15 epochs on the
-# private pool (576 train / 144 val / 80 test images of 20 identities; chance 5 %).
+# 64 px, Adam lr 1e-3, batch 64, the training augmentation of docs/sources.md#input-pipeline, 10-15
+# epochs on the private pool (576 train / 144 val / 80 test images of 20 identities; chance 5 %).
 # Measured (CPU, 1 thread, seed 0): nuisance 1.0 -> ~80 % test after 12 epochs (too
 # easy), 1.3 -> 55-72 %, 1.2 (default) -> test 64-72 % / val 68-76 % over epochs 6-14.
 DEFAULTS = dict(

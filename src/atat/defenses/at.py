@@ -1,5 +1,5 @@
-"""Vanilla (Madry) adversarial training (paper §5 "Classic Adversarial Training"; spec §2.8,
-REPO ``adversarial_train.yaml``).
+"""Vanilla (Madry) adversarial training (paper §5 "Classic Adversarial Training";
+docs/sources.md#adversarial-training, REPO ``adversarial_train.yaml``).
 
 Same machinery as AT-AT (:mod:`atat.defenses.atat`) with the REPO defaults of vanilla AT:
 untargeted L-inf PGD against the model itself in train mode, eps 0.01, step 0.001,

@@ -1,4 +1,4 @@
-"""AT-AT, anti-adversarial training (paper §5; spec §2.8).
+"""AT-AT, anti-adversarial training (paper §5; docs/sources.md#adversarial-training).
 
 Per batch: targets t != y drawn uniformly; x_adv = targeted PGD towards t (in train mode,
 [-1, 1] input space); loss = w_clean * CE_sum(f(x), y) + w_adv * CE_sum(f(x_adv), t), i.e. the

@@ -153,7 +153,8 @@ class Defense:
 
     def training_loss(self, model: nn.Module, x: Tensor, y: Tensor,
                       ctx: StepContext) -> tuple[Tensor, dict[str, float]]:
-        """Loss of one batch, summed over the batch (spec §1.1, criterionSum)."""
+        """Loss of one batch, summed over the batch (docs/sources.md#training-recipe,
+        criterionSum)."""
         logits = self.logits(model, x)
         loss = F.cross_entropy(logits, y, reduction="sum")
         return loss, {}

@@ -1,5 +1,5 @@
-"""BiDO, bilateral dependency optimisation (paper A.1, D.1; spec §2.3; REPO ``defenses/bido.py``,
-BIDO-F ``BiDO/engine.py`` ``multilayer_hsic``).
+"""BiDO, bilateral dependency optimisation (paper A.1, D.1; docs/sources.md#bido; REPO
+``defenses/bido.py``, BIDO-F ``BiDO/engine.py`` ``multilayer_hsic``).
 
 Per batch (training *and* validation):
 
@@ -15,7 +15,7 @@ Per batch (training *and* validation):
   batch" for its bookkeeping only, so :meth:`train_step` reports L·m (the reported train loss
   is then the mean of per-batch L, as BIDO-F's ``losses.avg`` with equal batches) and
   :meth:`eval_loss` returns L·m, so the evaluated "loss" is the size-weighted mean of the total
-  BiDO loss over validation batches (spec §2.3), which selects the best checkpoint.
+  BiDO loss over validation batches (docs/sources.md#bido), which selects the best checkpoint.
 
 Defaults λx = a1 = 0.05, λy = a2 = 0.5 (paper's standard values). BiDO** = same class with
 (λx, λy) = (0.001, 0) or (0.0001, 0) (config variants).

@@ -1,5 +1,5 @@
 """MID, the mutual-information (variational information bottleneck) defense (paper A.1;
-spec §2.2; REPO ``defenses/mid.py``, MID-O ``train_vib.py``).
+docs/sources.md#mid; REPO ``defenses/mid.py``, MID-O ``train_vib.py``).
 
 A bottleneck sits between the pooled features and a **new** head:
 ``s = st_layer(h)`` with ``st_layer = Linear(feat_dim → 2k)``; ``μ = s[:, :k]``,
@@ -7,16 +7,16 @@ A bottleneck sits between the pooled features and a **new** head:
 forward pass, in training *and* evaluation (no deterministic μ-only mode, as REPO and MID-O);
 ``logits = classifier(z)`` with ``classifier = Linear(k → n_classes)`` (fresh init).
 
-Loss (train and validation, spec §2.2): ``CE_sum(logits, y) + β · Σ_batch Σ_j
+Loss (train and validation, docs/sources.md#mid): ``CE_sum(logits, y) + β · Σ_batch Σ_j
 −½(1 + 2 log σ_ij − μ_ij² − σ_ij²)`` — the KL to N(0, I), summed over dimensions and the batch
 to match the summed CE.
 
 β: the paper (App. A.1) says β = 0.01 "following previous work"; REPO's ``mid.yaml`` has 0.03
 (its comment says the paper default is 0.003; MID-O uses 0.003 with batch-mean CE and KL, the
-same ratio). The paper's stated value wins here: default ``beta = 0.01`` (spec §8.4 lists it as
-open). Bottleneck width k = feat_dim // 2 by default (ResNet-152: 1024 as in the paper; ResNet-18:
-256; DenseNet-169: 832). The paper's lower learning rate 1e-4 for FaceScrub MID models is a
-recipe (config) matter, not part of this class.
+same ratio). The paper's stated value wins here: default ``beta = 0.01``
+(docs/sources.md#mid). Bottleneck width k = feat_dim // 2 by default (ResNet-152: 1024 as in the
+paper; ResNet-18: 256; DenseNet-169: 832). The paper's lower learning rate 1e-4 for FaceScrub MID
+models is a recipe (config) matter, not part of this class.
 
 Implementation: the model stays an :class:`atat.models.Classifier` whose ``head`` is a
 :class:`VIBHead`; ``model(x)`` returns plain (stochastic) logits, so AutoAttack, the shared
@@ -66,7 +66,7 @@ class VIBHead(nn.Module):
 
 
 def kl_to_standard_normal(mu: Tensor, std: Tensor) -> Tensor:
-    """Σ over batch and dimensions of −½(1 + 2 log σ − μ² − σ²) (spec §2.2)."""
+    """Σ over batch and dimensions of −½(1 + 2 log σ − μ² − σ²) (docs/sources.md#mid)."""
     return -0.5 * (1 + 2 * std.log() - mu.pow(2) - std.pow(2)).sum()
 
 
@@ -113,6 +113,7 @@ class MutualInformationDefense(Defense):
                       "info_loss": float(kl.detach()) / len(y)}
 
     def eval_loss(self, model: nn.Module, x: Tensor, y: Tensor) -> tuple[Tensor, Tensor]:
-        """The validation loss includes the KL term; predictions are stochastic (spec §2.2)."""
+        """The validation loss includes the KL term; predictions are stochastic
+        (docs/sources.md#mid)."""
         ce, kl, logits = self.loss_terms(model, x, y)
         return ce + self.params["beta"] * kl, logits

@@ -1,5 +1,5 @@
-"""NegLS, negative label smoothing (paper A.1; spec §2.5; REPO ``defenses/label_smoothing.py``,
-PPA ``losses/label_smoothing.py`` and ``train_model.py``).
+"""NegLS, negative label smoothing (paper A.1; docs/sources.md#negls; REPO
+``defenses/label_smoothing.py``, PPA ``losses/label_smoothing.py`` and ``train_model.py``).
 
 Per-sample loss with the current smoothing factor α_e:
 
@@ -33,9 +33,10 @@ uses α from the first epoch (REPO's ``ls_scheduler: False``); ``"scaled"`` stre
 hard-coded in both sources; ``schedule_epochs`` is E.
 
 The validation loss uses the α of the current epoch, so best-checkpoint selection compares
-losses computed with different α (spec §2.5). The current α is part of :meth:`state_dict`, so
-the kept (best) checkpoint records — and its test loss uses — the α it was validated with
-(REPO evaluates the test loss with the last epoch's α; only the reported test loss differs).
+losses computed with different α (docs/sources.md#negls). The current α is part of
+:meth:`state_dict`, so the kept (best) checkpoint records — and its test loss uses — the α it was
+validated with (REPO evaluates the test loss with the last epoch's α; only the reported test loss
+differs).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""NoDef: plain training of spec §1 (paper A.1)."""
+"""NoDef: plain training of docs/sources.md#training-recipe (paper A.1)."""
 
 from atat.defenses.base import Defense
 

@@ -1,5 +1,6 @@
 """Unseen-Pixels: a learned pixel mask that deletes >97 % of every training image before the
-network sees it (paper §3 experiment 3, App. E.2; spec §2.9; REPO ``defenses/drop_layer.py``).
+network sees it (paper §3 experiment 3, App. E.2; docs/sources.md#unseen-pixels; REPO
+``defenses/drop_layer.py``).
 
 Three stages, each an ordinary training run of the shared loop (one config variant each):
 
@@ -35,7 +36,8 @@ Three stages, each an ordinary training run of the shared loop (one config varia
 
 λ: paper App. E.2 sets λ1 = 0.01 and λ2 = 0.1 with ρ = 1 for ResNet-18 and ResNet-152 (REPO
 default ``lambda_`` 0.025; the paper wins). ``lambda_lasso: null`` picks λ1 in stage 1 and λ2 in
-stage 2. The penalty is added once per batch to the **summed** CE (spec §2.9, as REPO).
+stage 2. The penalty is added once per batch to the **summed** CE (docs/sources.md#unseen-pixels, as
+REPO).
 
 Kept fraction: :func:`mask_stats` — ``kept_fraction`` is the mean of the binarised mask (the
 fraction of the 3·H·W mask weights that are kept; for the binary stage-3 mask this is exactly the
@@ -71,7 +73,7 @@ from atat.models import Classifier
 STAGES = ("group_lasso", "adaptive", "retrain")
 MASK_STAGES = ("group_lasso", "adaptive")
 PAPER_LAMBDA = {"group_lasso": 0.01, "adaptive": 0.1}   # paper App. E.2 (λ1, λ2)
-ADAPTIVE_EPS = 1e-8                                      # spec §2.9, REPO
+ADAPTIVE_EPS = 1e-8                                      # docs/sources.md#unseen-pixels, REPO
 
 __all__ = ["MaskLayer", "MaskTransform", "MaskedClassifier", "PENALTY_FORMS", "PixelMaskDefense",
            "apply_threshold_", "binarize", "group_norms", "group_lasso_penalty",
@@ -205,7 +207,8 @@ class MaskedClassifier(Classifier):
         return super().forward(self.apply_mask(x))
 
     def forward_hidden(self, x: Tensor) -> tuple[Tensor, list[Tensor]]:
-        """Mask first, then the four stages (spec §4: "Drop-layer: mask applied first")."""
+        """Mask first, then the four stages (docs/sources.md#hsic-measurement: "Drop-layer: mask
+        applied first")."""
         return super().forward_hidden(self.apply_mask(x))
 
 
@@ -247,10 +250,12 @@ class PixelMaskDefense(Defense):
                               f"one of {list(PENALTY_FORMS)}: what λ1 weights in stage 1, the "
                               "group lasso Σ_p n_p (REPO) or the paper's 'ridge' ‖D^Norm‖₂ "
                               "(App. E.2); only stage group_lasso may use ridge"),
-        "lambda_ridge": Param(0.0, non_negative, "weight of Σ_p n_p², >= 0 (spec §2.9: 0)"),
+        "lambda_ridge": Param(0.0, non_negative, "weight of Σ_p n_p², >= 0 (REPO: 0, "
+                              "docs/sources.md#unseen-pixels)"),
         "rho": Param(1.0, positive, "AGL exponent ρ, > 0 (paper App. E.2: 1)"),
         "mask_init": Param(0.5, lambda v: positive(v) and v <= 1,
-                           "initial mask weight, 0 < mask_init <= 1 (spec §2.9: 0.5)"),
+                           "initial mask weight, 0 < mask_init <= 1 (REPO: 0.5, "
+                           "docs/sources.md#unseen-pixels)"),
         "mask_lr": Param(None, lambda v: v is None or (positive(v) and v <= 10),
                          "Adam learning rate of the mask weights in the mask stages, in (0, 10], "
                          "or null = the training lr (paper/REPO: one optimiser, one lr)"),

@@ -1,5 +1,5 @@
 """RoLSS and RoLSS-SSF: removal / scaling of the last-stage skip connections (paper App. A.1;
-spec §2.6; ROLSS-F ``models/torchvision/models/resnet.py``, identical to the official
+docs/sources.md#rolss; ROLSS-F ``models/torchvision/models/resnet.py``, identical to the official
 Pillowkoh/RoLSS file).
 
 Every residual block of the torchvision ResNet computes
@@ -12,16 +12,17 @@ of torchvision and ImageNet weights load unchanged).
   RoLSS-SSF: [1, 1, 1, 0.2] (k = 0.2).
 * ``layer3_split`` (default 0.8, as hard-coded in the official and forked model file): in
   layer3 the blocks with index >= ``max(1, int(layer3_split * n_blocks))`` get s = 0 whatever
-  s3 is (ResNet-18: block 1 of 2; ResNet-152: blocks 28-35 of 36). Open question (spec §8.7):
-  it is unclear whether the RoLSS paper intends this; set ``layer3_split: 1.0`` to build the
-  textbook RoLSS (only stage 4 changed). (For n_blocks = 1 the official builder would append
-  an extra block; we never add blocks - torchvision ResNets have >= 2 blocks per stage.)
+  s3 is (ResNet-18: block 1 of 2; ResNet-152: blocks 28-35 of 36). Open question
+  (docs/sources.md#rolss): it is unclear whether the RoLSS paper intends this; set ``layer3_split:
+  1.0`` to build the textbook RoLSS (only stage 4 changed). (For n_blocks = 1 the official builder
+  would append an extra block; we never add blocks - torchvision ResNets have >= 2 blocks per
+  stage.)
 
 Implementation: the blocks of the freshly built torchvision ResNet (after ImageNet weights
-were loaded, spec §1.2) are switched in place to subclasses with a ``skip`` attribute. The
-skip factor is a plain Python attribute (not a buffer), so ``state_dict`` keys are exactly
-torchvision's. DenseNet RoLSS changes layer widths so ImageNet weights cannot load (spec
-§2.6; REPO marks it buggy); it is not implemented and raises.
+were loaded, docs/sources.md#architectures) are switched in place to subclasses with a ``skip``
+attribute. The skip factor is a plain Python attribute (not a buffer), so ``state_dict`` keys are
+exactly torchvision's. DenseNet RoLSS changes layer widths so ImageNet weights cannot load
+(docs/sources.md#rolss; REPO marks it buggy); it is not implemented and raises.
 """
 
 from __future__ import annotations
@@ -126,8 +127,8 @@ class RemoveLastStageSkip(Defense):
         if not architecture.startswith("resnet"):
             raise DefenseConfigError(
                 f"{where}: {cls.type_name} is implemented for ResNets only, not '{architecture}' "
-                "(DenseNet RoLSS changes layer widths, so ImageNet weights cannot load; spec "
-                "§2.6, §8.7): remove it from that grid cell")
+                "(DenseNet RoLSS changes layer widths, so ImageNet weights cannot load; "
+                "docs/sources.md#rolss): remove it from that grid cell")
 
     def build_model(self, model: nn.Module) -> nn.Module:
         arch = getattr(model, "architecture", "")
@@ -136,7 +137,7 @@ class RemoveLastStageSkip(Defense):
             raise ValueError(
                 f"{self.type_name} is implemented for torchvision ResNets only, not '{arch}': "
                 "DenseNet RoLSS changes layer widths, so ImageNet weights cannot be loaded "
-                "(spec §2.6, §8.7)")
+                "(docs/sources.md#rolss)")
         apply_skips(features, list(self.params["skip"]), self.params["layer3_split"])
         return model
 

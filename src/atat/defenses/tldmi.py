@@ -1,4 +1,5 @@
-"""TL-DMI, transfer-learning defense against model inversion (paper App. A.1; spec §2.4).
+"""TL-DMI, transfer-learning defense against model inversion (paper App. A.1;
+docs/sources.md#tl-dmi).
 
 The first layers of the ImageNet-initialised feature extractor are frozen; only the later
 layers and the head are fine-tuned on the private data. Rule (REPO ``defenses/tldmi.py`` =
@@ -9,12 +10,13 @@ order and disable gradients of every parameter of children ``0 ... freeze_layers
 * ResNet children: 0 conv1, 1 bn1, 2 relu, 3 maxpool, 4 layer1, 5 layer2, 6 layer3, 7 layer4,
   8 avgpool, 9 fc (Identity). ``freeze_layers = 6`` (TL-DMI) trains layer4 + head (ResNet-18
   8,393,728 + head; ResNet-152 14,964,736 + head); ``5`` (TL-DMI-5) trains layer3 + layer4.
-* DenseNet: the flat Sequential of spec §1.2 (conv0, norm0, relu0, pool0, denseblock1,
-  transition1, denseblock2, ...). ``6`` trains transition2 ... norm5 (11,186,944) + head.
+* DenseNet: the flat Sequential of docs/sources.md#architectures (conv0, norm0, relu0, pool0,
+  denseblock1, transition1, denseblock2, ...). ``6`` trains transition2 ... norm5 (11,186,944) +
+  head.
 
 BatchNorm running statistics: the model stays in train mode, so frozen BatchNorm layers
-*keep updating* their running mean/var (spec §2.4: "only gradients are disabled"), exactly
-as in REPO and TLDMI-O. Only the parameters are frozen, not the buffers.
+*keep updating* their running mean/var (docs/sources.md#tl-dmi: "only gradients are disabled"),
+exactly as in REPO and TLDMI-O. Only the parameters are frozen, not the buffers.
 
 The frozen parameters are left out of the optimizer (``trainable_parameters``); REPO hands
 them to Adam too, but they never have a gradient and weight decay is 0, so the update is the
@@ -35,7 +37,7 @@ def _non_negative_int(v: Any) -> bool:
 
 
 def frozen_children(features: nn.Module, freeze_layers: int) -> list[str]:
-    """Names of the feature-extractor children TL-DMI freezes (spec §2.4 rule)."""
+    """Names of the feature-extractor children TL-DMI freezes (docs/sources.md#tl-dmi rule)."""
     names = [name for name, _ in features.named_children()]
     if freeze_layers == 0:
         return names

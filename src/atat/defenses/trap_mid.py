@@ -1,11 +1,11 @@
-"""Trap-MID, trapdoor-based defense against model inversion (paper App. A.1; spec §2.7;
-REPO ``defenses/trap_mid.py``, TRAP ``engine.py``).
+"""Trap-MID, trapdoor-based defense against model inversion (paper App. A.1;
+docs/sources.md#trap-mid; REPO ``defenses/trap_mid.py``, TRAP ``engine.py``).
 
 One trigger per class, ``T`` of shape (n_classes, 3, H, W), initialised U[0, 1) and kept in
 [0, 1]. A trapdoor input is the blend ``x_trap = (1 - alpha) x + alpha T[t]``; as in REPO the
-blend happens in the *normalised* [-1, 1] input space (TRAP blends [0, 1] images; spec §8.10).
-The model is trained to predict the trapdoor label ``t`` on ``x_trap`` (a shortcut that
-model-inversion attacks then find instead of the private identities).
+blend happens in the *normalised* [-1, 1] input space (TRAP blends [0, 1] images;
+docs/sources.md#trap-mid). The model is trained to predict the trapdoor label ``t`` on ``x_trap`` (a
+shortcut that model-inversion attacks then find instead of the private identities).
 
 Per training batch (x, y) with trapdoor labels t (see below):
 
@@ -18,9 +18,9 @@ Per training batch (x, y) with trapdoor labels t (see below):
    c. ``T <- clip(T - step_size * sign(dloss/dT), 0, 1)`` (only if ``optimized``).
 2. model update (train mode): ``loss = (1 - beta) CE_mean(f(aug(x)), y)
    + beta CE_mean(f(aug(x_trap)), t)`` with the updated triggers, both halves in one forward
-   pass; one step of the shared optimizer. (Trap-MID optimises *mean*-reduced CE - spec §1.1;
-   ``train_step`` reports ``loss * batch_size`` so the loop's per-sample average is the mean
-   loss.)
+   pass; one step of the shared optimizer. (Trap-MID optimises *mean*-reduced CE -
+   docs/sources.md#training-recipe; ``train_step`` reports ``loss * batch_size`` so the loop's
+   per-sample average is the mean loss.)
 
 ``aug`` is the kornia pipeline of REPO/TRAP re-done with ``torchvision.transforms.v2``,
 applied with independent random parameters per image (as kornia does):

@@ -1,5 +1,5 @@
 """Model-inversion attack components: StyleGAN2(-ADA) networks and a safe loader for
-NVIDIA's network pickles (spec ``attacks.md`` §6)."""
+NVIDIA's network pickles (docs/sources.md#stylegan2-generator)."""
 
 from .safe_pickle import (
     UnsafePickleError,

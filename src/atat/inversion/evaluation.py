@@ -1,18 +1,18 @@
-"""Networks that judge an inversion attack (spec ``attacks.md`` §5.2, §5.4).
+"""Networks that judge an inversion attack (docs/sources.md#evaluation-model, #facenet-distance).
 
-* The **evaluation model** (§5.2): torchvision Inception-v3 trained on the private training
-  split (the 72% subset) of the attacked dataset. ImageNet-initialised from a local weights
-  file when pretrained (torchvision then uses ``transform_input=True``: the [-1, 1] inputs are
-  re-mapped to ImageNet normalisation inside the network), else trained from scratch
+* The **evaluation model** (docs/sources.md#evaluation-model): torchvision Inception-v3 trained on
+  the private training split (the 72% subset) of the attacked dataset. ImageNet-initialised from a
+  local weights file when pretrained (torchvision then uses ``transform_input=True``: the [-1, 1]
+  inputs are re-mapped to ImageNet normalisation inside the network), else trained from scratch
   (``init_weights=True``). ``fc`` is replaced by ``Linear(2048, n_classes)`` and split off as
-  the classification head; the rest gives the 2048-d pooled features of δ_eval (§5.5). The
-  auxiliary head (when ``aux_logits``) keeps its 1000-way fc and is trained with the identity
-  labels; loss = CE_sum(main) + CE_sum(aux).
-* The **face embedding** of δ_face (§5.4): either facenet-pytorch's ``InceptionResnetV1``
-  (VGGFace2 weights from a local file, unit-norm 512-d output, [-1, 1] inputs fed directly) or,
-  where no pretrained face network is available (embedded demo), a ResNet-18 trained on the
-  attacker's public pool (identities disjoint from the private ones) whose L2-normalised
-  penultimate features serve as the embedding.
+  the classification head; the rest gives the 2048-d pooled features of δ_eval
+  (docs/sources.md#evaluation-model-distance). The auxiliary head (when ``aux_logits``) keeps its
+  1000-way fc and is trained with the identity labels; loss = CE_sum(main) + CE_sum(aux).
+* The **face embedding** of δ_face (docs/sources.md#facenet-distance): either facenet-pytorch's
+  ``InceptionResnetV1`` (VGGFace2 weights from a local file, unit-norm 512-d output, [-1, 1] inputs
+  fed directly) or, where no pretrained face network is available (embedded demo), a ResNet-18
+  trained on the attacker's public pool (identities disjoint from the private ones) whose
+  L2-normalised penultimate features serve as the embedding.
 
 Both train through the one training loop, :func:`atat.train.fit` (resumable). Every model
 takes images in [-1, 1]. Checkpoints are written atomically (:mod:`atat.io`).
@@ -62,7 +62,7 @@ FEATURE_DIM = 2048
 FACE_HOLDOUT_FRACTION = 0.1
 
 
-# ================================================================== evaluation model (§5.2)
+# ============================================== evaluation model (docs/sources.md#evaluation-model)
 class EvaluationModel(nn.Module):
     """Inception-v3 split into feature extractor (``net`` with ``fc = Identity``) and head.
 
@@ -115,7 +115,8 @@ def build_evaluation_model(n_classes: int, *, aux_logits: bool = True,
     pretrained = weights_path is not None
     if transform_input is None:
         transform_input = pretrained
-    # the 1000-way fc/AuxLogits.fc of ImageNet; fc is replaced below, the aux fc kept (§5.2)
+    # the 1000-way fc/AuxLogits.fc of ImageNet; fc is replaced below, the aux fc kept
+    # (docs/sources.md#evaluation-model)
     net = torchvision.models.Inception3(num_classes=1000, aux_logits=True,
                                         transform_input=bool(transform_input),
                                         init_weights=not pretrained)
@@ -225,9 +226,9 @@ def train_evaluation_model(dataset_root: str | Path, *, out_model: str | Path,
                            progress: bool = True, resume_path: str | Path | None = None,
                            stop_after_epochs: int | None = None) -> dict[str, Any] | None:
     """Train the evaluation model on ``dataset_root`` (a private dataset: train/val/test) as
-    spec §5.2: train loader shuffled with ``drop_last``, the config's augmentation, Adam,
-    MultiStepLR per epoch, CE_sum(main) + CE_sum(aux), lowest-validation-loss checkpoint,
-    all through the one training loop (:func:`atat.train.fit`; resumable from
+    docs/sources.md#evaluation-model: train loader shuffled with ``drop_last``, the config's
+    augmentation, Adam, MultiStepLR per epoch, CE_sum(main) + CE_sum(aux), lowest-validation-loss
+    checkpoint, all through the one training loop (:func:`atat.train.fit`; resumable from
     ``resume_path``). Writes the checkpoint (see :func:`load_evaluation_model`) and a metrics
     JSON with the train (un-augmented), validation and test accuracies; returns the metrics
     (None when ``stop_after_epochs`` interrupted the run, as in :func:`atat.train.train`)."""
@@ -306,7 +307,7 @@ def load_evaluation_model(path: str | Path, device: str | torch.device = "cpu"
     return model.to(device).eval()
 
 
-# ================================================================== face embedding (§5.4)
+# ================================================ face embedding (docs/sources.md#facenet-distance)
 class FaceEmbedding(nn.Module):
     """Unit-norm penultimate features of a classifier trained on the public identities."""
 
@@ -319,7 +320,8 @@ class FaceEmbedding(nn.Module):
         return F.normalize(self.classifier.features(x), p=2, dim=1)
 
 
-#: FaceNet's input size (facenet-pytorch / spec §5.4); ``face_embedding.resolution`` default.
+#: FaceNet's input size (facenet-pytorch / docs/sources.md#facenet-distance);
+#: ``face_embedding.resolution`` default.
 FACENET_RESOLUTION = 160
 
 
@@ -337,8 +339,8 @@ def load_facenet(weights_path: str | Path, device: str | torch.device = "cpu",
     dict of ``weights_path`` (e.g. ``20180402-114759-vggface2.pt``; its 8631-way ``logits``
     layer is dropped, it is unused with ``classify=False``). Eval mode; maps [-1, 1] images
     to unit-norm 512-d embeddings. ``resolution`` (config ``face_embedding.resolution``): the
-    size attack and real images are resized to (``net.resolution``; default 160 as spec §5.4,
-    the network's average pooling accepts other sizes)."""
+    size attack and real images are resized to (``net.resolution``; default 160 as in
+    docs/sources.md#facenet-distance, the network's average pooling accepts other sizes)."""
     from facenet_pytorch import InceptionResnetV1  # slow import (pulls in MTCNN & co.)
 
     path = Path(weights_path)

@@ -1,22 +1,26 @@
-"""Attack-success metrics of the final attack images (spec ``attacks.md`` §5.3-5.5).
+"""Attack-success metrics of the final attack images
+(docs/sources.md#attack-accuracy-and-confidence, #facenet-distance, #evaluation-model-distance).
 
 :class:`Evaluator` implements the ``Scorer`` protocol of :mod:`atat.inversion.core`: it maps
 generator images in [-1, 1] ([N, 3, R, R]) and their target classes to per-image
 
 * ``correct_top1`` / ``correct_top5`` — the target is the eval model's argmax / among its
-  top-k logits, k = min(5, n_classes) (§5.3);
-* ``evalconf`` — softmax(eval logits)[target] (§5.3 "total_avg_conf");
+  top-k logits, k = min(5, n_classes) (docs/sources.md#attack-accuracy-and-confidence);
+* ``evalconf`` — softmax(eval logits)[target] (docs/sources.md#attack-accuracy-and-confidence
+  "total_avg_conf");
 * ``dist_eval`` — squared L2 distance, in the eval model's 2048-d feature space, to the
-  nearest *training* image of the target class (§5.5);
-* ``dist_face`` — the same with the unit-norm face embeddings (§5.4; range [0, 4]); NaN when
-  no face network is used (non-face datasets, paper I.2).
+  nearest *training* image of the target class (docs/sources.md#evaluation-model-distance);
+* ``dist_face`` — the same with the unit-norm face embeddings (docs/sources.md#facenet-distance;
+  range [0, 4]); NaN when no face network is used (non-face datasets, paper I.2).
 
 Attack images are center-cropped (the generator's crop) and resized (bilinear, antialias) to
 each network's resolution; the real images are the private training split (the 72% subset,
-§5.1) of the attacked classes resized to the network resolution, embedded once — per job, or
-once per dataset and networks (rule ``real_embeddings``: :func:`save_real_embeddings`, read
-back with :func:`load_real_embeddings` and passed as ``Evaluator(real_embeddings=...)``).
-:func:`summarize` pools the per-image values (means over images, §5.3-5.5).
+docs/sources.md#real-images-of-the-distances) of the attacked classes resized to the network
+resolution, embedded once — per job, or once per dataset and networks (rule ``real_embeddings``:
+:func:`save_real_embeddings`, read back with :func:`load_real_embeddings` and passed as
+``Evaluator(real_embeddings=...)``).
+:func:`summarize` pools the per-image values (means over images,
+docs/sources.md#attack-accuracy-and-confidence, #facenet-distance, #evaluation-model-distance).
 
 Attack images are **not clamped** to [-1, 1] before scoring, exactly as the official
 evaluations: PPA (LukasStruppek/Plug-and-Play-Attacks ``utils/stylegan.py::create_image``, used
@@ -87,7 +91,8 @@ class _TwoViews:
 
 
 class Evaluator:
-    """Scorer of spec §5.3-5.5 (see module doc).
+    """Scorer of the attack metrics (see module doc; docs/sources.md#attack-accuracy-and-confidence,
+    #facenet-distance, #evaluation-model-distance).
 
     ``eval_model``: a module with ``features(x)`` → [N, D] and ``head(features)`` → logits
     (:class:`atat.inversion.evaluation.EvaluationModel`, or any :class:`atat.models.Classifier`);
@@ -284,7 +289,7 @@ def summarize(frame, face_metric_note: str | None = None) -> dict[str, Any]:
     (NaN when the frame has no ``img_absmax``); above :data:`IMAGE_RANGE_WARN` the dict carries
     ``image_range_note``.
     (Pooled means equal per-target means when every target has the same number of images,
-    spec §5.3/§7.)"""
+    docs/sources.md#attack-accuracy-and-confidence.)"""
     names = {"attacc1": "correct_top1", "attacc5": "correct_top5", "evalconf": "evalconf",
              "dist_face": "dist_face", "dist_eval": "dist_eval"}
     out: dict[str, Any] = {}

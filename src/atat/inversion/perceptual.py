@@ -1,5 +1,5 @@
-"""Perceptual feature networks for PPDG's projection and generator fine-tuning (spec
-``attacks.md`` §4.2 f-g).
+"""Perceptual feature networks for PPDG's projection and generator fine-tuning
+(docs/sources.md#ppdg).
 
 Every network implements :class:`PerceptualFeatures`:
 

@@ -1,6 +1,6 @@
 """Restricted loader for NVIDIA StyleGAN2-ADA network pickles (``ffhq.pkl``, ``afhqdog.pkl``).
 
-Spec: ``/work/shared/spec/attacks.md`` §6.3.
+docs/sources.md#stylegan2-pickles.
 
 The official pickles store every network as a ``torch_utils.persistence`` object: the
 pickle calls the global ``torch_utils.persistence._reconstruct_persistent_obj`` with a
@@ -483,8 +483,9 @@ def save_stylegan_pickle(path, G_ema: torch.nn.Module, G: torch.nn.Module | None
                          D: torch.nn.Module | None = None, module_src: str = "",
                          training_set_kwargs: dict | None = None, protocol: int = 4) -> None:
     """Write ``{'G', 'D', 'G_ema', 'augment_pipe', 'training_set_kwargs'}`` in the layout of
-    NVIDIA's network pickles (spec §6.3).  ``G_ema.init_kwargs`` (if present) is stored as
-    the Generator's ``_init_kwargs``.  ``module_src`` is stored verbatim as a string."""
+    NVIDIA's network pickles (docs/sources.md#stylegan2-pickles).  ``G_ema.init_kwargs`` (if
+    present) is stored as the Generator's ``_init_kwargs``.  ``module_src`` is stored verbatim as a
+    string."""
     init_kwargs = getattr(G_ema, "init_kwargs", None)
     data = {
         "G": _module_record(G if G is not None else G_ema, module_src, init_kwargs),

@@ -1,13 +1,15 @@
-"""StyleGAN2(-ADA) generator, written from the formulas in ``/work/shared/spec/attacks.md`` §6.1.
+"""StyleGAN2(-ADA) generator, written from the formulas of docs/sources.md#stylegan2-generator.
 
 No NVIDIA code is imported or copied.  Parameter/buffer names and shapes follow the
-state-dict names of the official ``G_ema`` networks (§6.3), so a state dict read by
+state-dict names of the official ``G_ema`` networks (docs/sources.md#stylegan2-pickles), so a state
+dict read by
 :func:`atat.inversion.safe_pickle.load_stylegan_pickle` loads with ``strict=True``.
 
 Always runs in float32 (the attacks use ``force_fp32=True``); ``num_fp16_res`` and
 ``channels_last`` kwargs are accepted and ignored.  ``conv_clamp`` is honoured.
 
-Intermediate-feature access for IF-GMI (§3.1): :meth:`SynthesisNetwork.forward_range`,
+Intermediate-feature access for IF-GMI (docs/sources.md#if-gmi):
+:meth:`SynthesisNetwork.forward_range`,
 :meth:`SynthesisNetwork.forward_from`, :meth:`SynthesisNetwork.block_features`.
 """
 
@@ -465,8 +467,8 @@ class SynthesisNetwork(nn.Module):
                      img: torch.Tensor | None = None, noise_mode: str = "const") -> torch.Tensor:
         """Image synthesised starting at block ``block_index`` from the output ``features``
         of block ``block_index-1`` (IF-GMI ``set_layer(k, end)``).  With ``img=None`` earlier
-        toRGB contributions are dropped (IF-GMI semantics, spec §3.1); pass the skip image
-        returned by :meth:`block_features` to reproduce the full synthesis exactly."""
+        toRGB contributions are dropped (IF-GMI semantics, docs/sources.md#if-gmi); pass the skip
+        image returned by :meth:`block_features` to reproduce the full synthesis exactly."""
         return self.forward_range(ws, block_index, None, x=features, img=img,
                                   noise_mode=noise_mode)[1]
 
@@ -539,8 +541,8 @@ def count_parameters(module: nn.Module) -> int:
 
 
 # ---------------------------------------------------------------------------------------
-# Discriminator (spec §6.2; 'resnet' architecture) — needed to train the embedded prior
-# and for PPDG's projection term.
+# Discriminator (docs/sources.md#stylegan2-discriminator; 'resnet' architecture) — needed to train
+# the embedded prior and for PPDG's projection term.
 # ---------------------------------------------------------------------------------------
 
 class Conv2dLayer(nn.Module):

@@ -1,4 +1,4 @@
-"""CelebA builder (spec defenses.md §3.2).
+"""CelebA builder (docs/sources.md#celeba).
 
 ``identity_CelebA.txt`` (torchvision MD5) and ``hdcrop.zip`` from Google Drive.  All
 202,599 rows are counted per identity; identities are sorted by count, descending, with a
@@ -64,7 +64,7 @@ def _read_identity_file(path: Path) -> list[tuple[str, int]]:
 
 
 def select_celeba_identities(identities: Sequence[int], n: int) -> tuple[list[int], dict]:
-    """The ``n`` most frequent identities, ties broken by first appearance (spec §3.2).
+    """The ``n`` most frequent identities, ties broken by first appearance (docs/sources.md#celeba).
 
     ``collections.Counter`` keeps first-appearance order and ``sorted(..., reverse=True)``
     is stable, exactly as ``CelebA_N_most_common``.  Returns (identities in class order, info).
@@ -112,12 +112,12 @@ def build(raw: Mapping[str, Mapping[str, Any]], root: Path, n_classes: int | Non
     rank = {ident: k for k, ident in enumerate(chosen)}
     picked = [(fn, rank[i]) for fn, i in rows if i in rank]  # np.isin -> file order
     if raw["identity_CelebA.txt"].get("md5") == CELEBA_IDENTITY_MD5:
-        # cross-check against the facts of the real file (spec §3.2)
+        # cross-check against the facts of the real file (docs/sources.md#celeba)
         expect(sel["n_rows"] == CELEBA_EXPECTED["n_rows"]
                 and sel["n_identities"] == CELEBA_EXPECTED["n_identities"]
                 and (n not in CELEBA_EXPECTED or len(picked) == CELEBA_EXPECTED[n]),
-                f"{id_file}: {len(picked)} images of {n} identities, selection {sel}; spec §3.2 expects "
-                f"{CELEBA_EXPECTED}")
+                f"{id_file}: {len(picked)} images of {n} identities, selection {sel}; the official file "
+                f"gives {CELEBA_EXPECTED} (docs/sources.md#celeba)")
     archive = Path(raw["hdcrop.zip"]["path"])
     samples: list[tuple[str, int]] = []
     with zipfile.ZipFile(archive) as zf:
@@ -138,7 +138,7 @@ def build(raw: Mapping[str, Mapping[str, Any]], root: Path, n_classes: int | Non
             raise RawDataError(f"{archive}: {len(missing)} of {len(picked)} selected images are not in hdcrop/ "
                                f"(neither .jpg nor .png), e.g. {missing[:5]}")
     info = {
-        "origin": "CelebA identity_CelebA.txt + HD crops hdcrop.zip (spec defenses.md §3.2)",
+        "origin": "CelebA identity_CelebA.txt + HD crops hdcrop.zip (docs/sources.md#celeba)",
         "selection": sel,
         "class_order": "identities by image count, descending; ties by first appearance in identity_CelebA.txt",
         "sample_order": "identity_CelebA.txt row order, restricted to the selected identities",

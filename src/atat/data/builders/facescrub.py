@@ -1,4 +1,4 @@
-"""FaceScrub builder (spec defenses.md §3.1).
+"""FaceScrub builder (docs/sources.md#facescrub).
 
 Kaggle ``rajnishe/facescrub-full`` (``facescrub-full.zip``).  The authors extract it with
 :mod:`zipfile` and read it with two torchvision ``ImageFolder``\\ s, so the class names
@@ -111,7 +111,7 @@ def build(raw: Mapping[str, Mapping[str, Any]], root: Path, n_classes: int | Non
                 label += 1
     _write_sources(root, sources)
     info = {
-        "origin": f"Kaggle {KAGGLE_DATASET} (spec defenses.md §3.1)",
+        "origin": f"Kaggle {KAGGLE_DATASET} (docs/sources.md#facescrub)",
         "n_actors": len(groups[0][1]),
         "n_actresses": len(groups[1][1]),
         "class_order": "actor_faces folders sorted, then actress_faces folders sorted (names as zipfile decodes them)",

@@ -1,4 +1,4 @@
-"""Stanford Dogs builder (spec defenses.md §3.3).
+"""Stanford Dogs builder (docs/sources.md#stanford-dogs).
 
 ``images.tar``, ``annotation.tar``, ``lists.tar``.  Samples = ``train_list.mat`` then
 ``test_list.mat`` (``annotation_list``; label = ``labels`` - 1); classes = the sorted
@@ -165,14 +165,14 @@ def build(raw: Mapping[str, Mapping[str, Any]], root: Path, n_classes: int | Non
         if n_img != len(names):
             # the authors' split shuffles range(len(ImageFolder(Images))) over the list samples
             raise RawDataError(f"{images_tar}: {n_img} images under Images/ but {len(names)} samples in "
-                               "train_list + test_list; the spec's split needs them to agree")
+                               "train_list + test_list; the authors' split needs them to agree")
         if n_classes is not None and len(classes) != int(n_classes):
             raise RawDataError(f"{images_tar}: {len(classes)} class folders, expected n_classes={n_classes}")
         if raw["lists.tar"].get("sha256") == STANFORD_DOGS_LISTS_SHA256:
             expect(len(names) == STANFORD_DOGS_EXPECTED["n_samples"]
                     and len(classes) == STANFORD_DOGS_EXPECTED["n_classes"],
-                    f"{lists_tar}: {len(names)} samples, {len(classes)} classes; spec §3.3 expects "
-                    f"{STANFORD_DOGS_EXPECTED}")
+                    f"{lists_tar}: {len(names)} samples, {len(classes)} classes; the official "
+                    f"lists give {STANFORD_DOGS_EXPECTED} (docs/sources.md#stanford-dogs)")
         for a, lab in zip(names, labels):
             folder = a.split("/", 1)[0]
             if lab >= len(classes) or folder != classes[lab]:
@@ -204,7 +204,8 @@ def build(raw: Mapping[str, Mapping[str, Any]], root: Path, n_classes: int | Non
         _run_bounded(tasks(), max(1, int(workers)))
     class_names = [c.split("-", 1)[-1] for c in classes]
     info = {
-        "origin": "Stanford Dogs images.tar, annotation.tar, lists.tar (spec defenses.md §3.3)",
+        "origin": ("Stanford Dogs images.tar, annotation.tar, lists.tar "
+                   "(docs/sources.md#stanford-dogs)"),
         "cropped": "first bounding box of the XML annotation (PIL crop xmin, ymin, xmax, ymax), RGB, PNG",
         "class_folders": classes,
         "class_order": "sorted Images/ folders (labels = .mat labels - 1); name after the first '-'",
