@@ -12,15 +12,52 @@ CORES ?= 2
 # (atat.device names the node's driver and the build's needs when `device: cuda` finds no GPU).
 TORCH_INDEX_URL ?=
 TORCH_PINS := $(shell sed -n 's/^ *"\(torch\(vision\)\{0,1\}==[^"]*\)".*/\1/p' pyproject.toml)
-$(VENV)/.installed: pyproject.toml
+# The environment comes from the locks (every package, direct or not, at its version, each file
+# checked against its sha256; `make lock` rewrites them from pyproject.toml): requirements.lock
+# is the runtime (make venv, make demo), requirements-test.lock adds the [test] and [dev]
+# extras (make venv-test: make test, make test-all, .ci/run). A TORCH_INDEX_URL build is outside
+# the locks: torch/torchvision from that index, the rest resolved from pyproject.toml's pins.
+# OFFLINE_WHEELS=<folder written by make wheelhouse>: install from that folder only, no index.
+LOCK := requirements.lock
+TEST_LOCK := requirements-test.lock
+OFFLINE_WHEELS ?=
+PIP_FROM = $(if $(OFFLINE_WHEELS),--no-index --find-links $(OFFLINE_WHEELS) )
+$(VENV)/.installed: pyproject.toml $(LOCK)
 	$(PYTHON) -m venv $(VENV)
-	$(VENV)/bin/pip install --quiet --upgrade pip
+	$(if $(OFFLINE_WHEELS),,$(VENV)/bin/pip install --quiet --upgrade pip)
 	$(if $(TORCH_INDEX_URL),$(VENV)/bin/pip install --quiet --index-url $(TORCH_INDEX_URL) $(TORCH_PINS))
-	$(VENV)/bin/pip install --quiet -e .
+	$(if $(TORCH_INDEX_URL),$(VENV)/bin/pip install --quiet -e .,$(VENV)/bin/pip install --quiet $(PIP_FROM)-r $(LOCK))
+	$(VENV)/bin/pip install --quiet $(PIP_FROM)--no-deps -e .
 	touch $@
 
-.PHONY: venv demo test test-all test-paper-shapes dry-run-paper bench bench-gpu float-paths readme-tables
+WITH_EXTRAS := '.[test,dev]'
+$(VENV)/.installed-test: $(VENV)/.installed $(TEST_LOCK)
+	$(if $(TORCH_INDEX_URL),$(VENV)/bin/pip install --quiet -e $(WITH_EXTRAS),$(VENV)/bin/pip install --quiet $(PIP_FROM)-r $(TEST_LOCK))
+	touch $@
+
+# The locks from pyproject.toml (uv, from the [dev] extra): Linux x86_64, Python 3.11, every
+# file's sha256 (PyPI's). The runtime lock is constrained by the test lock: one version each.
+LOCK_FLAGS := --generate-hashes --python-version 3.11 --python-platform x86_64-manylinux_2_28
+lock: venv-test
+	$(VENV)/bin/uv pip compile pyproject.toml --all-extras $(LOCK_FLAGS) -o $(TEST_LOCK)
+	$(VENV)/bin/uv pip compile pyproject.toml -c $(TEST_LOCK) $(LOCK_FLAGS) -o $(LOCK)
+
+# Every file the test lock names (wheels; connection-pool 0.0.3 exists only as an sdist and is
+# built at install time with the locked setuptools), downloaded and checked against the lock's
+# sha256, for a machine without internet (same platform: Linux x86_64, Python 3.11):
+#   make venv OFFLINE_WHEELS=wheelhouse     (or venv-test; pip's --no-index --find-links)
+# WHEELHOUSE_LOCK=<a lock file> downloads that lock's files instead (tests/test_lock.py).
+WHEELHOUSE ?= wheelhouse
+WHEELHOUSE_LOCK ?= $(TEST_LOCK)
+wheelhouse:
+	rm -rf $(WHEELHOUSE).part
+	$(PYTHON) -m pip download --quiet --no-deps --require-hashes -r $(WHEELHOUSE_LOCK) -d $(WHEELHOUSE).part
+	rm -rf $(WHEELHOUSE)
+	mv $(WHEELHOUSE).part $(WHEELHOUSE)
+
+.PHONY: venv venv-test lock wheelhouse demo test test-all test-paper-shapes dry-run-paper bench bench-gpu float-paths readme-tables
 venv: $(VENV)/.installed
+venv-test: $(VENV)/.installed-test
 
 # --max-jobs-per-timespan 1000/60s: Snakemake's default (100/1s) re-runs its scheduler every
 # second, re-evaluating the params of every ready job each time; on the demo that took 25-45%
@@ -38,15 +75,15 @@ demo: venv
 # (marker slow), the real one-node SLURM cluster (slurm) and the paper-shapes tier
 # (paper_shapes). CI (.ci/run) runs test-all.
 FAST := not slow and not slurm and not paper_shapes
-test: venv
+test: venv-test
 	$(VENV)/bin/python -m pytest -q -m "$(FAST)"
 
-test-all: venv
+test-all: venv-test
 	$(VENV)/bin/python -m pytest -q
 
 # The paper config's rules at the paper's shapes (224/299/1024 px, real architectures and
 # weight-file formats) on CPU with random weights and fabricated data: tests/test_paper_shapes.py
-test-paper-shapes: venv
+test-paper-shapes: venv-test
 	$(VENV)/bin/python -m pytest -q -m paper_shapes tests/test_paper_shapes.py
 
 dry-run-paper: venv
