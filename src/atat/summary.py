@@ -11,7 +11,8 @@ import pandas as pd
 from atat import io
 from atat.config import eps_tag
 
-#: Per attack, the summary columns ``{attack}_{metric}`` (paper §2 metrics; spec §5).
+#: Per attack, the summary columns ``{attack}_{metric}`` (paper §2 metrics;
+#: docs/sources.md#attack-accuracy-and-confidence).
 INVERSION_METRICS = ["attacc1", "attacc5", "evalconf", "dist_face", "dist_eval"]
 
 ID_COLUMNS = ["dataset", "architecture", "defense", "defense_type", "seed"]

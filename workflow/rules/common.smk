@@ -307,8 +307,9 @@ def inversion_inputs(wildcards):
     return inputs
 
 
-#: full resolution of the downloadable StyleGAN2-ADA priors (spec attacks §6.1: ffhq.pkl 1024 px,
-#: afhqdog.pkl 512 px), by file name; another url is assumed to be 1024 px (the largest release).
+#: full resolution of the downloadable StyleGAN2-ADA priors (docs/sources.md#stylegan2-generator:
+#: ffhq.pkl 1024 px, afhqdog.pkl 512 px), by file name; another url is assumed to be 1024 px (the
+#: largest release).
 PRIOR_RESOLUTION = {"ffhq.pkl": 1024, "afhqdog.pkl": 512}
 
 
@@ -360,8 +361,8 @@ def unseen_pixel_run(wildcards):
 
 def torchvision_weight_urls():
     """File name -> URL of every ImageNet weight file the config can ask for: the target
-    architectures, the evaluation model (Inception-v3, spec attacks §5.2) and VGG16 (the
-    feature network of VGG16-LPIPS, spec attacks §4.2). From the static table of
+    architectures, the evaluation model (Inception-v3, docs/sources.md#evaluation-model) and
+    VGG16 (the feature network of VGG16-LPIPS, docs/sources.md#ppdg). From the static table of
     atat.weights_table: importing torchvision here would cost every dry run ~5 s."""
     wanted = [
         (arch, spec.get("weights", "IMAGENET1K_V1"))

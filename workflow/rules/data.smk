@@ -61,11 +61,11 @@ rule torchvision_weights:
         "../scripts/download_weights.py"
 
 
-# Pretrained weights of the model-inversion stage (spec attacks.md §4.2, §5.2, §5.4, §6.3).
-# Each file is checked against data/checksums.lock.yaml (key weights/<kind>/<file name>; a
-# sha256 missing there is recorded at first download, for review and commit) and loaded
-# (safe unpickler / weights_only state dict) before it becomes the output. With `offline`
-# a missing file stops the job naming the path to place it at; no socket is opened.
+# Pretrained weights of the model-inversion stage (docs/sources.md#ppdg, #evaluation-model,
+# #facenet-distance, #stylegan2-pickles). Each file is checked against data/checksums.lock.yaml (key
+# weights/<kind>/<file name>; a sha256 missing there is recorded at first download, for review and
+# commit) and loaded (safe unpickler / weights_only state dict) before it becomes the output. With
+# `offline` a missing file stops the job naming the path to place it at; no socket is opened.
 rule stylegan_weights:
     output:
         f"{RES}/weights/stylegan2/{{generator}}.pkl",

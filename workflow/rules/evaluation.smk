@@ -1,8 +1,8 @@
-# Stage 5: the networks that judge the inversion attacks (spec attacks §5.2, §5.4), one per
-# attacked dataset: the Inception-v3 evaluation model trained on the private training split,
-# and (embedded demo only, face_embedding.source = public_classifier) the classifier of the
-# dataset's public pool: δ_face's embedding on a face population, and on any population the
-# instrument of rule prior_quality. With source facenet the pretrained
+# Stage 5: the networks that judge the inversion attacks (docs/sources.md#evaluation-model,
+# #facenet-distance), one per attacked dataset: the Inception-v3 evaluation model trained on the
+# private training split, and (embedded demo only, face_embedding.source = public_classifier) the
+# classifier of the dataset's public pool: δ_face's embedding on a face population, and on any
+# population the instrument of rule prior_quality. With source facenet the pretrained
 # InceptionResnetV1 weights file is used directly (see face_network_file in common.smk).
 # Both train through atat.train's loop and resume from results/.resume/{evaluation,
 # face_embedding}/<dataset>/resume.pt (not declared, so Snakemake never deletes it).

@@ -1,11 +1,13 @@
-# Stage 4: HSIC(X, Z_l) and HSIC(Y, Z_l) of every model (paper §3, App. D; spec §4), one job
-# per model, and the HSIC tables (paper Table 1, Tables 8/9) built from them + summary.csv.
-# Which models each table holds, its caption and labels: atat.paper (entries table1/8/9).
+# Stage 4: HSIC(X, Z_l) and HSIC(Y, Z_l) of every model (paper §3, App. D;
+# docs/sources.md#hsic-measurement), one job per model, and the HSIC tables (paper Table 1, Tables
+# 8/9) built from them + summary.csv. Which models each table holds, its caption and labels:
+# atat.paper (entries table1/8/9).
 #
 # Config block `hsic:` (optional; schema: workflow/schemas/config.schema.yaml):
-#   split: train       spec §4 default: augmented, shuffled train loader (open question §8.5)
+#   split: train       REPO's default: augmented, shuffled train loader (the paper does not say
+#                      which loader it used; docs/sources.md#hsic-measurement)
 #   n_batches: null    cap on the batches measured (null = the whole split)
-#   yz_ktype: linear   kernel on the one-hot labels (spec §4)
+#   yz_ktype: linear   kernel on the one-hot labels (docs/sources.md#hsic-measurement)
 
 HSIC_CFG = config.get("hsic") or {}
 
@@ -19,7 +21,8 @@ rule measure_hsic:
     params:
         dataset_root=lambda wc: f"{dataset_dir(wc.dataset)}/private",
         resolution=lambda wc: dataset_resolution(wc.dataset),
-        # spec §4: the training loader (batch 128 in the paper recipe) with its augmentation
+        # docs/sources.md#hsic-measurement: the training loader (batch 128 in the paper recipe) with
+        # its augmentation
         batch_size=lambda wc: training_params(config, wc.dataset, wc.arch, wc.defense)["batch_size"],
         num_workers=lambda wc: training_params(config, wc.dataset, wc.arch, wc.defense)[
             "num_workers"

@@ -1,5 +1,5 @@
-# Stage 6: model inversion (paper §2, A.5; spec attacks.md). One job per (model, attack);
-# each job writes the per-image scores of its final images, the summary metrics, one
+# Stage 6: model inversion (paper §2, A.5; docs/sources.md#attack-conventions). One job per (model,
+# attack); each job writes the per-image scores of its final images, the summary metrics, one
 # reconstruction per class (highest evaluation confidence, for the grid figures) and the
 # final latents. Per-batch/per-class progress lives under results/.resume/inversion/ (not
 # declared, so a failed job keeps it and a rerun continues).

@@ -21,7 +21,7 @@ the image files (PNG/JPEG) anywhere below the root.
 Downstream code only ever calls :func:`read_dataset` (or :mod:`atat.data.loading`), so
 it never needs to know which dataset it reads.
 
-Split rule (spec ``defenses.md`` §1.8 / §3, identical for every dataset): a 90/10
+Split rule (docs/sources.md#seeds-and-splits, identical for every dataset): a 90/10
 train/test split with the NumPy *legacy* RNG (``seed(42)``; in-place shuffle of the index
 list ``list(range(N))``; the first ``int(0.9 N)`` shuffled indices are ``train_full``,
 the rest ``test``), then an 80/20 train/val split of ``train_full`` exactly as
@@ -98,7 +98,7 @@ def split_indices(
     test_fraction: float = 0.1,
     val_fraction: float = 0.2,
 ) -> dict[str, np.ndarray]:
-    """Indices of the train / val / test splits of ``range(n)`` (spec §1.8, §3).
+    """Indices of the train / val / test splits of ``range(n)`` (docs/sources.md#seeds-and-splits).
 
     Returned in the order the rule produces them (not sorted), as int64 arrays:
     ``test`` in shuffled order, ``train``/``val`` in ``randperm`` order.

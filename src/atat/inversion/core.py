@@ -1,9 +1,9 @@
-"""Building blocks shared by PPA, IF-GMI and PPDG (spec ``attacks.md`` §1).
+"""Building blocks shared by PPA, IF-GMI and PPDG (docs/sources.md#attack-conventions).
 
-Conventions (spec §1): generator images are float tensors in [-1, 1] fed to the classifiers
-without further normalisation; a single latent ``w`` of shape [N, 1, w_dim] is broadcast to
-all synthesis layers; synthesis runs with constant noise in float32; random transforms on a
-4-D batch draw ONE parameter set per call (torchvision semantics).
+Conventions (docs/sources.md#attack-conventions): generator images are float tensors in [-1, 1] fed
+to the classifiers without further normalisation; a single latent ``w`` of shape [N, 1, w_dim] is
+broadcast to all synthesis layers; synthesis runs with constant noise in float32; random transforms
+on a 4-D batch draw ONE parameter set per call (torchvision semantics).
 """
 
 from __future__ import annotations
@@ -19,7 +19,8 @@ from torch import nn
 from torchvision.transforms import v2 as T
 
 from atat import io
-# spec §1 item 5: torch, random and numpy seeded at attack start (one home: atat.train)
+# docs/sources.md#attack-conventions: torch, random and numpy seeded at attack start (one home:
+# atat.train)
 from atat.train import seed_everything
 
 __all__ = [
@@ -44,7 +45,7 @@ __all__ = [
 ]
 
 
-# ------------------------------------------------------------------ identity losses (§1.3)
+# ------------------------------------------------ identity losses (docs/sources.md#identity-losses)
 def poincare_loss(logits: torch.Tensor, targets: torch.Tensor, xi: float = 1e-4) -> torch.Tensor:
     """Poincaré loss of PPA, mean over the batch. u = logits / ||logits||_1,
     v = clip(onehot - xi, 0, 1), loss = arccosh(1 + 2||u-v||² / ((1-||u||²)(1-||v||²)))."""
@@ -66,7 +67,8 @@ def _max_margin(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
 
 
 def _logit(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-    """LOMMA's 'logit loss' (spec §1.3): NLLLoss on raw logits = -mean target logit."""
+    """LOMMA's 'logit loss' (docs/sources.md#identity-losses): NLLLoss on raw logits = -mean target
+    logit."""
     return -logits.gather(1, targets[:, None]).mean()
 
 
@@ -85,7 +87,7 @@ def identity_loss(name: str) -> Callable[[torch.Tensor, torch.Tensor], torch.Ten
         raise ValueError(f"unknown inversion loss '{name}' (known: {sorted(LOSSES)})") from None
 
 
-# ------------------------------------------------------------------ target classes (§1.1)
+# -------------------------------------------------- target classes (docs/sources.md#target-classes)
 def target_classes(targets: str | int | Sequence[int], n_classes: int, dataset_kind: str,
                    seed: int = 42, first_k: bool = False) -> list[int]:
     """Classes to attack. ``'all'`` → every class; a list → that list; an int k → PPA/PPDG's
@@ -108,7 +110,7 @@ def target_classes(targets: str | int | Sequence[int], n_classes: int, dataset_k
     return rng.sample(range(0, n_classes), k)
 
 
-# ------------------------------------------------------------------ rendering (§1.3)
+# --------------------------------------------------- rendering (docs/sources.md#attack-conventions)
 def broadcast_w(G: nn.Module, w: torch.Tensor) -> torch.Tensor:
     """[N, 1, w_dim] (or [N, w_dim]) → [N, num_ws, w_dim]."""
     if w.dim() == 2:
@@ -146,7 +148,7 @@ def attack_transform(center_crop: int | None, resize: int, rrc_scale: Sequence[f
     return apply
 
 
-# ------------------------------------------------------------------ candidate search (§1.2)
+# ---------------------------------------------- candidate search (docs/sources.md#candidate-search)
 @torch.no_grad()
 def candidate_confidences(G: nn.Module, target_model: nn.Module, *, search_space_size: int,
                           center_crop: int | None, resize: int, horizontal_flip: bool = True,
@@ -208,8 +210,9 @@ def initial_latents(G: nn.Module, target_model: nn.Module, per_candidate_targets
                     seed: int, device: torch.device | str = "cpu",
                     init_path: Path | None = None) -> torch.Tensor:
     """The candidates' starting latents, [N, 1, w_dim] on the CPU: :func:`candidate_search`
-    with the ``candidates`` settings (spec §1.2), or the ones saved in ``init_path`` by an
-    earlier attempt of the job (a corrupt file is moved aside and the search redone)."""
+    with the ``candidates`` settings (docs/sources.md#candidate-search), or the ones saved in
+    ``init_path`` by an earlier attempt of the job (a corrupt file is moved aside and the search
+    redone)."""
     w_init = io.load_resume(init_path) if init_path is not None else None
     if w_init is None:
         ws = candidate_search(
@@ -309,7 +312,7 @@ class Lanes:
         return [x[sl] for sl in self.slices]
 
 
-# ------------------------------------------------------------------ optimisation (§2.2)
+# --------------------------------------------------------------- optimisation (docs/sources.md#ppa)
 def optimize_w(G: nn.Module, target_model: nn.Module, w: torch.Tensor, targets: torch.Tensor, *,
                steps: int, lr: float, betas: Sequence[float],
                transform: Callable[[torch.Tensor], torch.Tensor],
@@ -344,7 +347,7 @@ def optimize_w(G: nn.Module, target_model: nn.Module, w: torch.Tensor, targets: 
     return w.detach(), last_conf
 
 
-# ------------------------------------------------------------------ final selection (§1.4)
+# ------------------------------------------------------------ final selection (docs/sources.md#ppa)
 #: images rendered at once by :func:`final_selection` (official PPA ``create_image`` default)
 RENDER_BATCH_SIZE = 20
 
@@ -395,8 +398,9 @@ def final_selection(G: nn.Module, target_model: nn.Module, w: torch.Tensor,
 
 
 # ------------------------------------------------------------------ results of one attack
-#: Per-image columns every scorer returns (spec §5.3-5.5). ``dist_face`` is NaN where no
-#: face-embedding network is used (non-face datasets); ``dist_eval`` likewise when absent.
+#: Per-image columns every scorer returns (docs/sources.md#attack-accuracy-and-confidence,
+#: #facenet-distance, #evaluation-model-distance). ``dist_face`` is NaN where no face-embedding
+#: network is used (non-face datasets); ``dist_eval`` likewise when absent.
 SCORE_COLUMNS = ("correct_top1", "correct_top5", "evalconf", "dist_face", "dist_eval")
 
 #: Per-image column the accumulator adds itself: max |pixel| of the scored (center-cropped)

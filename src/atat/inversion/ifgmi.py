@@ -1,5 +1,5 @@
-"""IF-GMI: model inversion through the intermediate features of StyleGAN2 (spec
-``attacks.md`` §1, §3, §8 items 9-11).
+"""IF-GMI: model inversion through the intermediate features of StyleGAN2 (paper A.5;
+docs/sources.md#if-gmi, #attack-conventions).
 
 Per target class (first-appearance order), per batch of its candidates, the attack runs a
 sequence of *stages*. Stage 0 optimises the single latent ``w`` with the synthesis starting at
@@ -8,12 +8,12 @@ k-1 (the "mid vector") and optimises both ``w`` and those features. Each stage h
 Adam; after every update the deviation of the mid features (stages k != 0) and of ``w`` from
 the stage's starting point is projected onto an L1 ball (Duchi et al. 2008) whose radius is
 indexed by the stage (radius 0 = no projection). The image recorded for a stage is the one
-of the forward pass *before* the stage's last update (``last_img``, spec §8.9). The output
-features of block k then become the next stage's initial mid vector. Starting the synthesis
-at block k drops the toRGB contributions of the blocks before k (spec §3.1, §8.10).
+of the forward pass *before* the stage's last update (``last_img``, docs/sources.md#if-gmi). The
+output features of block k then become the next stage's initial mid vector. Starting the synthesis
+at block k drops the toRGB contributions of the blocks before k (docs/sources.md#if-gmi).
 
 There is no final selection: every candidate's stage image is scored, and the reported stage
-is the one with the highest evaluation-model Acc@1 (spec §3.4 item 3, §8.9) — the rule of the
+is the one with the highest evaluation-model Acc@1 (docs/sources.md#if-gmi) — the rule of the
 IF-GMI code and the replication, i.e. the stage is chosen with the evaluator.
 
 Deviation for resumability (documented, as in :mod:`atat.inversion.ppa`): the original draws
@@ -52,8 +52,8 @@ from .core import (
 
 __all__ = ["DEFAULTS", "ifgmi_settings", "l1_ball_projection", "optimize_stage", "run_ifgmi"]
 
-#: Values of spec §3.3 ([REP] if_gmi.yaml, FaceScrub) used for keys a config leaves out: one
-#: copy in the torch-free atat.inversion_defaults, which atat.config's checks read too.
+#: Values of docs/sources.md#if-gmi ([REP] if_gmi.yaml, FaceScrub) used for keys a config leaves
+#: out: one copy in the torch-free atat.inversion_defaults, which atat.config's checks read too.
 DEFAULTS = IFGMI_DEFAULTS
 CANDIDATE_DEFAULTS = IFGMI_CANDIDATE_DEFAULTS
 
@@ -63,7 +63,7 @@ SELECTION_NOTE = ("IF-GMI: the reported stage is the one with the highest evalua
                   "evaluation model.")
 
 
-# ------------------------------------------------------------------ L1-ball projection (§3.4.2)
+# ------------------------------------------------------ L1-ball projection (docs/sources.md#if-gmi)
 def l1_ball_projection(d: torch.Tensor, radius: float) -> torch.Tensor:
     """Euclidean projection of each sample (dim 0) of ``d`` onto the L1 ball of ``radius``
     (Duchi et al. 2008), on the flattened sample. A sample with ||d||_1 < radius is returned
@@ -94,7 +94,7 @@ def l1_ball_projection(d: torch.Tensor, radius: float) -> torch.Tensor:
     return out.reshape(d.shape)
 
 
-# ------------------------------------------------------------------ one stage (§3.4.1)
+# --------------------------------------------------------------- one stage (docs/sources.md#if-gmi)
 def optimize_stage(G: nn.Module, target_model: nn.Module, w: torch.Tensor,
                    mid: torch.Tensor | None, block: int, targets: torch.Tensor, *, steps: int,
                    lr: float, betas: Sequence[float],
@@ -175,8 +175,8 @@ def run_ifgmi(G: nn.Module, target_model: nn.Module, params: Mapping[str, Any], 
     with generator ``G``; ``params`` as returned by :func:`atat.config.inversion_params`.
     ``scorer(images, targets)`` scores each batch's stage images at generator resolution.
 
-    The per-class batches (spec §3.4: one class at a time, e.g. 5 candidates in a batch of
-    20) are optimised ``lockstep``: consecutive batches, up to ``batch_size`` images, run as
+    The per-class batches (docs/sources.md#if-gmi: one class at a time, e.g. 5 candidates in a batch
+    of 20) are optimised ``lockstep``: consecutive batches, up to ``batch_size`` images, run as
     one batch of :class:`atat.inversion.core.Lanes`, each batch with its own random stream
     (``seed + batch index``), its own loss and its own L1 balls, so every batch's result is
     the one it gets alone, up to float rounding (the generator's modulated convolution is

@@ -1,6 +1,6 @@
-"""Plug & Play Attack (PPA; spec ``attacks.md`` §1-2): candidate search, Poincaré-loss
-optimisation of single latents per batch, final selection by mean target confidence over
-random transforms, evaluation of the selected images.
+"""Plug & Play Attack (PPA; docs/sources.md#attack-conventions, #ppa): candidate search,
+Poincaré-loss optimisation of single latents per batch, final selection by mean target confidence
+over random transforms, evaluation of the selected images.
 
 Deviation for resumability (documented): the original draws every random transform from one
 global torch stream; here the stream is re-seeded with ``seed + batch index`` at the start
@@ -57,7 +57,8 @@ def run_ppa(G: nn.Module, target_model: nn.Module, params: Mapping[str, Any], sc
     Returns ``frame`` (per-image scores of the final images), ``best_images`` (per class the
     image of highest evaluation confidence), ``final_w``/``targets`` (selected latents),
     ``avg_target_conf`` (mean target confidence at the last optimisation step over all
-    candidates, per class then averaged: the replication's AvgTargetConf, spec §5.8)."""
+    candidates, per class then averaged: the replication's AvgTargetConf,
+    docs/sources.md#attack-accuracy-and-confidence)."""
     device = torch.device(device)
     G = G.to(device).eval().requires_grad_(False)
     target_model = target_model.to(device).eval().requires_grad_(False)

@@ -1,16 +1,16 @@
 """PPDG-MI: Pseudo-Private-Data-Guided model inversion, high-resolution (PPA-based) variant
-(spec ``attacks.md`` §4).
+(docs/sources.md#ppdg).
 
 Per target class (ascending order) a fresh deep copy of the generator is attacked for
-``num_rounds`` rounds. Each round: candidate search with the *current* generator (§1.2), PPA
-optimisation of the candidates (§2.2 step 3), final selection with RandomHorizontalFlip only
-(keep all, sorted by score, §1.4 / §4.2 c), evaluation of the round's images. Between rounds the
-top ``num_inv_points`` selected latents are rendered at full resolution (pseudo-private data),
-projected back into W (:func:`project_pointwise` / :func:`project_joint`) and the generator is
-fine-tuned to move its pivot images toward the pseudo-private data (:func:`tune_generator`).
-Reported results are those of the last round.
+``num_rounds`` rounds. Each round: candidate search with the *current* generator
+(docs/sources.md#candidate-search), PPA optimisation of the candidates (docs/sources.md#ppa), final
+selection with RandomHorizontalFlip only (keep all, sorted by score, docs/sources.md#ppa, #ppdg),
+evaluation of the round's images. Between rounds the top ``num_inv_points`` selected latents are
+rendered at full resolution (pseudo-private data), projected back into W (:func:`project_pointwise`
+/ :func:`project_joint`) and the generator is fine-tuned to move its pivot images toward the
+pseudo-private data (:func:`tune_generator`). Reported results are those of the last round.
 
-Replication details kept on purpose (spec §4.2, §8 item 12):
+Replication details kept on purpose (docs/sources.md#ppdg):
 
 * the projection runs on a frozen eval-mode copy of the generator; in point-wise mode that copy's
   ``noise_const`` buffers are re-drawn from N(0, 1) (the joint MMD/CT projection keeps them);
@@ -77,7 +77,7 @@ __all__ = [
 ]
 
 MEASURES = ("pointwise", "mmd", "ct")
-#: spec §4.1: steps overridden in code by measure.
+#: docs/sources.md#ppdg: steps overridden in code by measure.
 DEFAULT_INV_STEPS = {"pointwise": 300, "mmd": 100, "ct": 150}
 DEFAULT_TUNE_STEPS = {"pointwise": 150, "mmd": 150, "ct": 25}
 #: VGG was built for 224 px: projector/MMD/CT features use images area-downsampled to 256.
@@ -87,7 +87,7 @@ METRIC_COLUMNS = {"attacc1": "correct_top1", "attacc5": "correct_top5", "evalcon
                   "dist_face": "dist_face", "dist_eval": "dist_eval"}
 
 
-# ------------------------------------------------------------------ distribution losses (§4.3)
+# ------------------------------------------------------- distribution losses (docs/sources.md#ppdg)
 def _pdist2(z: Tensor) -> Tensor:
     sq = z.square().sum(dim=1)
     d2 = sq[:, None] + sq[None, :] - 2.0 * z @ z.T
@@ -199,7 +199,7 @@ def _project(Gp: nn.Module, Dp: nn.Module | None, w_start: Tensor, w_std: float,
     return w_opt.detach()
 
 
-# ------------------------------------------------------------------ projection (§4.2 f)
+# ---------------------------------------------------------------- projection (docs/sources.md#ppdg)
 def project_pointwise(G: nn.Module, D: nn.Module | None, images: Tensor,
                       perceptual: PerceptualFeatures, *, steps: int, w_stats_samples: int = 600,
                       seed: int = 123, lr: float = 0.01, noise_factor: float = 0.05,
@@ -258,7 +258,7 @@ def project_joint(G: nn.Module, D: nn.Module | None, images: Tensor,
                     noise_ramp=noise_ramp, d_weight=d_weight)
 
 
-# ------------------------------------------------------------------ fine-tuning (§4.2 g)
+# --------------------------------------------------------------- fine-tuning (docs/sources.md#ppdg)
 def tune_generator(G: nn.Module, w_pivots: Tensor, images: Tensor,
                    perceptual: PerceptualFeatures, measure: str, *, steps: int,
                    lr: float) -> list[float]:
@@ -267,7 +267,7 @@ def tune_generator(G: nn.Module, w_pivots: Tensor, images: Tensor,
     gradient — the pivots are fixed w's), buffers untouched, Adam(lr, betas 0.9/0.999),
     ``G.train()``. Loss: pointwise → mean_j perceptual.distance(x_j, pp_j) at full resolution;
     mmd/ct → distribution loss between the 256 px feature sets. Afterwards all parameters are
-    frozen again; G stays in training mode (spec §4.2 g-h). Returns the per-step losses."""
+    frozen again; G stays in training mode (docs/sources.md#ppdg). Returns the per-step losses."""
     if measure not in MEASURES:
         raise ValueError(f"unknown PPDG measure {measure!r} (known: {MEASURES})")
     w_pivots = w_pivots.detach()
@@ -398,7 +398,7 @@ def _attack_class(G: nn.Module, Dp: nn.Module | None, target_model: nn.Module, c
             w_piv = project_pointwise(Gc, Dp, pp, perceptual, steps=inv_steps)
         else:
             w_piv = project_joint(Gc, Dp, pp, perceptual, measure, steps=inv_steps)
-        # g. generator fine-tuning (G stays in train mode, spec §4.2 h)
+        # g. generator fine-tuning (G stays in train mode, docs/sources.md#ppdg)
         tl = tune_generator(Gc, w_piv, pp, perceptual, measure, steps=tune_steps,
                             lr=float(params["tune_lr"]))
         if tl:
@@ -447,13 +447,13 @@ def run_ppdg(G: nn.Module, D: nn.Module | None, target_model: nn.Module, params:
              resume_dir: str | Path | None = None, progress: bool = True,
              log: Callable[[str], None] = print, share_search: bool = True,
              lockstep: bool = True) -> dict:
-    """Run PPDG (spec §4.2) on every target class of ``params`` (from
+    """Run PPDG (docs/sources.md#ppdg) on every target class of ``params`` (from
     ``atat.config.inversion_params(..., "ppdg")``). ``G``, ``D`` and ``target_model`` are not
     modified (deep copies). ``scorer(images, targets) -> {SCORE_COLUMNS: per-image tensors}``.
 
     Returns ``frame`` (per-image rows of the last round: class + SCORE_COLUMNS),
     ``best_images`` ({class: {evalconf, image uint8}}), ``round_metrics`` (per round: mean over
-    targets of the per-target attacc1/attacc5/evalconf/dist_face/dist_eval, spec §4.4),
+    targets of the per-target attacc1/attacc5/evalconf/dist_face/dist_eval, docs/sources.md#ppdg),
     ``final_w`` [N, 1, w_dim] and ``final_targets`` [N] of the last round, ``targets`` (attacked
     classes, ascending) and ``note``. With ``resume_dir`` every finished class is written
     atomically to ``class_<c>.pt`` and skipped on restart.
