@@ -267,7 +267,7 @@ def code_spans(markdown: str) -> list[str]:
 
 
 def make_targets_named(markdown: str) -> set[str]:
-    return {m for span in code_spans(markdown) for m in re.findall(r"\bmake ([a-z][\w-]*)", span)}
+    return {m for span in code_spans(markdown) for m in re.findall(r"(?<![\w-])make ([a-z][\w-]*)", span)}
 
 
 def makefile_targets(makefile: str) -> set[str]:
@@ -378,6 +378,7 @@ def test_the_doc_checks_see_what_is_wrong():
     # each check above can fail: a missing target, a missing file, a broken link
     assert make_targets_named("run `make sure` as\n```\nmake demo\n```\nmake sure") == {"sure", "demo"}
     assert make_targets_named("make sure nothing runs") == set()
+    assert make_targets_named("`snakemake all  # re-make two outputs`") == set()
     assert makefile_targets("demo: venv\n\tx\nPYTHON ?= p\nA := b\n") == {"demo"}
     assert repository_paths_named("`src/atat/nope.py`, `results/x`, `config/<name>.yaml`") \
         == {"src/atat/nope.py"}
