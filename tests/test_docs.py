@@ -387,3 +387,15 @@ def test_the_doc_checks_see_what_is_wrong():
         == ["x.md: (nope.md): no such file", "x.md: (code.md#nope): no heading with that anchor"]
     assert slug("The test split: 60 → 1,260 images") == "the-test-split-60--1260-images"
     assert heading_anchors("# A\n## A\n```\n# not\n```\n") == {"a", "a-1"}
+
+
+def test_the_configs_links_to_the_docs_land_on_headings():
+    """config/*.yaml comments name the page and heading that explains a setting
+    (``docs/decisions.md#at-at``); each one exists."""
+    cited = [(path.name, page, anchor) for path in sorted((ROOT / "config").glob("*.yaml"))
+             for page, anchor in re.findall(r"\b(?:docs/)?(\w+)\.md#([\w-]+)", path.read_text())]
+    assert any(page == "decisions" for _, page, _ in cited)
+    bad = [f"config/{name}: docs/{page}.md#{anchor}" for name, page, anchor in cited
+           if not (DOCS / f"{page}.md").exists()
+           or anchor not in heading_anchors((DOCS / f"{page}.md").read_text(encoding="utf-8"))]
+    assert not bad, f"config comments link headings that do not exist: {bad}"
