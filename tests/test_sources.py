@@ -17,18 +17,20 @@ SOURCES = ROOT / "docs" / "sources.md"
 # The forbidden spellings are assembled from pieces so that this file does not match itself.
 _SHARED = "shared" + "/"
 _SPEC = "spec"
+_S = "§"  # the section sign
+_MD = ".md"
 FORBIDDEN = {
     "path to the reference notes": re.compile(re.escape(_SHARED) + "(?:" + _SPEC + "|paper)\\b"),
     "section of the reference notes": re.compile(r"\b" + _SPEC + r"\s*§"),
     "named reference notes": re.compile(r"\b" + _SPEC + r"\s+`*(?:attacks|defenses)\b"),
-    "reference notes file": re.compile(r"\b(?:attacks|defenses)\.md\b"),
+    "reference notes file": re.compile(r"\b(?:attacks|defenses)" + re.escape(_MD) + r"\b"),
     "numbered section of the reference notes": re.compile(
         r"\(" + _SPEC + r"\s+\d|\b" + _SPEC + r"\s+\d+\.\d"),
-    # the paper's sections are whole numbers (§3) and its appendices letters (A.3): a dotted
-    # "§5.2", "§8 item 4" or "§7b" can only be a section of the reference notes
-    "bare section of the reference notes": re.compile("§" + r"\s*(?:\d+\.\d|\d+\s+items?\b|7b)"),
+    # the paper's sections are whole numbers and its appendices letters (A.3): a section sign
+    # before a dotted number, "8 item 4" or "7b" can only point into the reference notes
+    "bare section of the reference notes": re.compile(_S + r"\s*(?:\d+\.\d|\d+\s+items?\b|7b)"),
 }
-#: a citation of entries: ``docs/sources.md#anchor`` (anywhere) or ``sources.md#anchor``, maybe
+#: a citation of entries: ``docs/sources.md#<anchor>`` (anywhere) or ``sources.md#<anchor>``, maybe
 #: followed by more anchors of the same page: ``docs/sources.md#ppa, #if-gmi``
 CITATION = re.compile(r"(?:docs/)?sources\.md#([A-Za-z0-9_-]+)((?:,\s*#[A-Za-z0-9_-]+)*)")
 #: a link inside docs/sources.md to one of its own entries: ``](#anchor)``
@@ -84,13 +86,14 @@ def test_slug_and_anchors() -> None:
 
 def test_patterns_catch_the_old_references() -> None:
     """Each spelling the old comments used is caught (the patterns are not vacuous)."""
-    old = [f"(paper A.1; {_SPEC} §2.2)", f"../{_SHARED}{_SPEC}/defenses.md section X",
-           f"/work/{_SHARED}paper/paper.md", f"({_SPEC} attacks §5.2)",
-           f"{_SPEC} ``attacks.md`` §6", f"({_SPEC} defenses.md 3.2)", f"DenseNet, {_SPEC} 2.6)",
-           f"batches ({_SPEC} 4)", "identity losses (" + "§1.3)", "(" + "§8 item 4)"]
+    old = [f"(paper A.1; {_SPEC} {_S}2.2)", f"../{_SHARED}{_SPEC}/defenses{_MD} section X",
+           f"/work/{_SHARED}paper/paper{_MD}", f"({_SPEC} attacks {_S}5.2)",
+           f"{_SPEC} ``attacks{_MD}`` {_S}6", f"({_SPEC} defenses{_MD} 3.2)",
+           f"DenseNet, {_SPEC} 2.6)", f"batches ({_SPEC} 4)", f"identity losses ({_S}1.3)",
+           f"({_S}8 item 4)", f"(attacks{_MD})"]
     for text in old:
         assert any(p.search(text) for p in FORBIDDEN.values()), text
-    fine = ["fit_spec(df, spec)", "the spec's sample", "cost_of_privacy.spec", "paper §3, App. A.3",
+    fine = ["fit_spec(df, spec)", "the spec's sample", "cost_of_privacy.spec", f"paper {_S}3, App. A.3",
             "docs/sources.md#mid", "importlib.util.spec_from_file_location"]
     for text in fine:
         assert not any(p.search(text) for p in FORBIDDEN.values()), text
