@@ -207,8 +207,8 @@ class MaskedClassifier(Classifier):
         return super().forward(self.apply_mask(x))
 
     def forward_hidden(self, x: Tensor) -> tuple[Tensor, list[Tensor]]:
-        """Mask first, then the four stages (docs/sources.md#hsic-measurement: "Drop-layer: mask
-        applied first")."""
+        """Mask first, then the four stages (as REPO measures HSIC of the pixel-mask models,
+        docs/sources.md#hsic-measurement)."""
         return super().forward_hidden(self.apply_mask(x))
 
 

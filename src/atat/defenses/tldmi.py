@@ -15,7 +15,7 @@ order and disable gradients of every parameter of children ``0 ... freeze_layers
   head.
 
 BatchNorm running statistics: the model stays in train mode, so frozen BatchNorm layers
-*keep updating* their running mean/var (docs/sources.md#tl-dmi: "only gradients are disabled"),
+*keep updating* their running mean/var (only gradients are disabled, docs/sources.md#tl-dmi),
 exactly as in REPO and TLDMI-O. Only the parameters are frozen, not the buffers.
 
 The frozen parameters are left out of the optimizer (``trainable_parameters``); REPO hands
