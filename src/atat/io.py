@@ -35,7 +35,19 @@ DOWNLOAD_ADVICE = ("Delete it and run the workflow again: it is downloaded and v
 
 
 class CheckpointError(RuntimeError):
-    """A project file (checkpoint, resume state, saved tensors) cannot be read."""
+    """A file a job reads (checkpoint, resume state, saved tensors, network pickle, JSON
+    record) cannot be read; the message names the file and what to do."""
+
+
+def unreadable(path: str | os.PathLike[str], error: BaseException,
+               advice: str = REBUILD_ADVICE) -> CheckpointError:
+    """The one message for a file that exists but cannot be read: the file, the reader's reason
+    and ``advice`` (delete it and rerun the rule that makes it / download it again)."""
+    reason = (str(error).strip().splitlines() or [""])[0][:300]
+    reason = f"{type(error).__name__}: {reason}" if reason else type(error).__name__
+    return CheckpointError(f"{path}: cannot be read ({reason}). The file is truncated or "
+                           f"corrupt (a job killed while writing it, an incomplete copy or "
+                           f"download) or not a file of this workflow. {advice}".rstrip())
 
 
 def temporaries_of(path: str | os.PathLike[str]) -> list[Path]:
@@ -126,8 +138,13 @@ def write_csv_rows(path: str | os.PathLike[str], fieldnames: Sequence[str],
             writer.writerow(row)
 
 
-def read_json(path: str | os.PathLike[str]) -> Any:
-    return json.loads(Path(path).read_text())
+def read_json(path: str | os.PathLike[str], *, advice: str = REBUILD_ADVICE) -> Any:
+    """A JSON file a job reads; a truncated or corrupt one raises :class:`CheckpointError`
+    naming it and ``advice`` (a missing one: FileNotFoundError as usual)."""
+    try:
+        return json.loads(Path(path).read_text())
+    except ValueError as e:  # JSONDecodeError, UnicodeDecodeError
+        raise unreadable(path, e, advice) from None
 
 
 def torch_save(obj: Any, path: str | os.PathLike[str]) -> None:
@@ -153,11 +170,7 @@ def torch_load(path: str | os.PathLike[str], *, weights_only: bool = True,
     except (FileNotFoundError, IsADirectoryError, PermissionError, MemoryError):
         raise
     except Exception as e:  # PytorchStreamReader errors, EOFError, UnpicklingError, ...
-        reason = (str(e).strip().splitlines() or [""])[0][:300]
-        reason = f"{type(e).__name__}: {reason}" if reason else type(e).__name__
-        raise CheckpointError(f"{path}: cannot be read ({reason}). The file "
-                              f"is truncated or corrupt (a job killed while writing it, an "
-                              f"incomplete copy) or not a file of this workflow. {advice}") from None
+        raise unreadable(path, e, advice) from None
 
 
 def load_resume(path: str | os.PathLike[str], *, weights_only: bool = True) -> Any | None:

@@ -32,11 +32,12 @@ generator=Generator().manual_seed(42))``; ``val_size = len - int(0.8 len)``; the
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
 from pathlib import Path, PurePosixPath
-from typing import Any, Mapping, Sequence
+from typing import Any, Iterator, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
@@ -333,7 +334,13 @@ def write_dataset(root: str | os.PathLike[str], records: pd.DataFrame, meta: Map
 
 
 def read_meta(root: str | os.PathLike[str]) -> dict:
-    """Read and check ``meta.json`` of a dataset root."""
+    """Read and check ``meta.json`` of a dataset root; a problem names the file and how to
+    restore the dataset."""
+    with _restore_hint(root):
+        return _read_meta(root)
+
+
+def _read_meta(root: str | os.PathLike[str]) -> dict:
     root = Path(root)
     path = root / META_NAME
     if not root.is_dir():
@@ -369,10 +376,28 @@ def read_dataset(
     ``records`` has the columns ``path,label,identity,split`` in manifest order (index
     reset), restricted to ``split`` if given.  Raises :class:`DatasetFormatError` naming the
     file and problem for a missing/corrupt manifest or meta, a format_version mismatch, an
-    unknown or absent split, or (``check_files``) missing image files.
+    unknown or absent split, or (``check_files``) missing image files, and how to restore it.
     """
+    with _restore_hint(root):
+        return _read_dataset(root, split, check_files=check_files)
+
+
+@contextlib.contextmanager
+def _restore_hint(root: str | os.PathLike[str]) -> Iterator[None]:
+    """A :class:`DatasetFormatError` inside gets the remedy appended: rebuild the dataset of
+    ``root`` through its stamp (a root is ``<folder>/private`` or ``<folder>/public``)."""
+    try:
+        yield
+    except DatasetFormatError as e:
+        root = Path(root)
+        folder = root.parent if root.name in (PUBLIC_SPLIT, "private") else root
+        raise DatasetFormatError(f"{e}. {restore_advice(stamp_path(folder))}.") from None
+
+
+def _read_dataset(root: str | os.PathLike[str], split: str | None,
+                  *, check_files: bool) -> tuple[pd.DataFrame, dict]:
     root = Path(root)
-    meta = read_meta(root)
+    meta = _read_meta(root)
     mpath = root / MANIFEST_NAME
     if not mpath.is_file():
         raise DatasetFormatError(f"{mpath}: missing (not a dataset root in the manifest format)")
@@ -460,7 +485,127 @@ def dataset_fingerprint(folder: str | os.PathLike[str], *, files: bool = True) -
                 raise DatasetFormatError(f"{root / name}: missing")
             entry[name] = _sha256(root / name)
         if files:
-            df, _ = read_dataset(root, check_files=True)
+            df, _ = _read_dataset(root, None, check_files=True)
+            entry["n_files"] = int(len(df))
+            entry["total_bytes"] = int(sum((root / p).stat().st_size for p in df["path"]))
+        out["roots"][root.relative_to(folder).as_posix()] = entry
+    return out
+
+
+def write_stamp(folder: str | os.PathLike[str]) -> Path:
+    """Check the dataset in ``folder`` (manifest against its files) and write its stamp
+    (:func:`stamp_path`) atomically; the stamp is what jobs that read the dataset declare as
+    their input, so the dataset's identity is its manifest's checksum, not a folder's mtime."""
+    fingerprint = dataset_fingerprint(folder, files=True)
+    path = stamp_path(folder)
+    text = json.dumps(fingerprint, indent=2, sort_keys=True) + "\n"
+    with atomic_path(path) as tmp:
+        tmp.write_text(text, encoding="utf-8")
+    return path
+
+
+def restore_advice(stamp: str | os.PathLike[str]) -> str:
+    """What to do when the folder of ``stamp`` no longer matches it."""
+    return (f"Restore the folder without losing what was trained on it: `snakemake {stamp} "
+            f"--force` rebuilds only the dataset (the build is deterministic: the same stamp, "
+            f"so Snakemake, which compares the stamp's checksum, reruns none of the jobs that "
+            f"read it; if the rebuilt dataset differs, they rerun, as they should)")
+
+
+def check_stamp(stamp: str | os.PathLike[str], *, files: bool = True) -> None:
+    """Raise :class:`DatasetFormatError` naming the folder, the stamp, what differs and how to
+    restore it, unless the dataset folder of ``stamp`` is the one the stamp records
+    (``files``: also every listed image file present, with the recorded total size)."""
+    stamp = Path(stamp)
+    folder = dataset_folder(stamp)
+    try:
+        recorded = json.loads(stamp.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as e:
+        raise DatasetFormatError(f"{stamp}: the dataset stamp cannot be read ({e}); delete it "
+                                 f"and run the workflow again (the dataset is rebuilt)") from None
+    try:
+        found = dataset_fingerprint(folder, files=files)
+    except DatasetFormatError as e:
+        raise DatasetFormatError(f"dataset {folder} does not match its stamp {stamp}: {e}. "
+                                 f"{restore_advice(stamp)}.") from None
+    keys = ("manifest.csv", "meta.json") + (("n_files", "total_bytes") if files else ())
+    want = {r: {k: e.get(k) for k in keys} for r, e in (recorded.get("roots") or {}).items()}
+    have = {r: {k: e.get(k) for k in keys} for r, e in found["roots"].items()}
+    if want != have:
+        diff = sorted(f"{r}/{k}" for r in set(want) | set(have) for k in keys
+                      if (want.get(r) or {}).get(k) != (have.get(r) or {}).get(k))
+        raise DatasetFormatError(f"dataset {folder} does not match its stamp {stamp} "
+                                 f"(differs: {', '.join(diff)}). {restore_advice(stamp)}.")
+
+
+def stamp_problems(stamps: Sequence[str | os.PathLike[str]], *, files: bool = True) -> list[str]:
+    """The :func:`check_stamp` message of every existing stamp in ``stamps`` whose folder no
+    longer matches it (a stamp that does not exist yet is its dataset job's to write)."""
+    problems = []
+    for stamp in sorted({str(s) for s in stamps}):
+        if Path(stamp).exists():
+            try:
+                check_stamp(stamp, files=files)
+            except DatasetFormatError as e:
+                problems.append(str(e))
+    return problems
+
+
+# --------------------------------------------------------------------------------------
+# the dataset's identity: a stamp file next to the dataset folder
+# --------------------------------------------------------------------------------------
+#: ``<resources>/datasets/<name>`` (the folder) -> ``<resources>/datasets/<name>.dataset.json``
+STAMP_SUFFIX = ".dataset.json"
+
+
+def stamp_path(folder: str | os.PathLike[str]) -> Path:
+    """The stamp of the dataset folder ``folder`` (its sibling ``<name>.dataset.json``)."""
+    folder = Path(folder)
+    return folder.with_name(folder.name + STAMP_SUFFIX)
+
+
+def dataset_folder(stamp: str | os.PathLike[str]) -> Path:
+    """The dataset folder a stamp (:func:`stamp_path`) stands for."""
+    stamp = Path(stamp)
+    if not stamp.name.endswith(STAMP_SUFFIX):
+        raise ValueError(f"{stamp}: not a dataset stamp (*{STAMP_SUFFIX})")
+    return stamp.with_name(stamp.name[: -len(STAMP_SUFFIX)])
+
+
+def _sha256(path: Path) -> str:
+    import hashlib
+
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _roots(folder: Path) -> list[Path]:
+    """The dataset roots (folders with a manifest) of a dataset folder: ``private``, ``public``
+    (synthfaces), or the folder itself."""
+    subs = sorted(p for p in folder.iterdir() if p.is_dir() and (p / MANIFEST_NAME).is_file())
+    return subs or [folder]
+
+
+def dataset_fingerprint(folder: str | os.PathLike[str], *, files: bool = True) -> dict:
+    """What identifies the dataset in ``folder``: per root the sha256 of ``manifest.csv`` and
+    ``meta.json`` and (``files``) the number and total size of the image files the manifest
+    lists. Deterministic (no times): the same dataset built again gives the same fingerprint.
+    A root that is not a valid dataset raises :class:`DatasetFormatError`."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise DatasetFormatError(f"{folder}: the dataset folder is missing")
+    out: dict[str, Any] = {"format_version": FORMAT_VERSION, "roots": {}}
+    for root in _roots(folder):
+        entry: dict[str, Any] = {}
+        for name in (MANIFEST_NAME, META_NAME):
+            if not (root / name).is_file():
+                raise DatasetFormatError(f"{root / name}: missing")
+            entry[name] = _sha256(root / name)
+        if files:
+            df, _ = _read_dataset(root, None, check_files=True)
             entry["n_files"] = int(len(df))
             entry["total_bytes"] = int(sum((root / p).stat().st_size for p in df["path"]))
         out["roots"][root.relative_to(folder).as_posix()] = entry

@@ -345,7 +345,7 @@ def load_facenet(weights_path: str | Path, device: str | torch.device = "cpu",
 
     path = Path(weights_path)
     _require_face_file(path)
-    state = torch.load(path, map_location="cpu", weights_only=True)
+    state = io.torch_load(path, advice=io.DOWNLOAD_ADVICE)
     state = {k: v for k, v in state.items() if not k.startswith("logits.")}
     net = InceptionResnetV1(pretrained=None, classify=False)
     net.load_state_dict(state)
@@ -362,7 +362,7 @@ def load_face_network(path: str | Path, device: str | torch.device = "cpu",
     ``resolution`` is an error (retrain it)."""
     path = Path(path)
     _require_face_file(path)
-    ckpt = torch.load(path, map_location="cpu", weights_only=True)
+    ckpt = io.torch_load(path)
     if isinstance(ckpt, Mapping) and ckpt.get("kind") == "public_classifier":
         if resolution is not None and int(resolution) != int(ckpt["resolution"]):
             raise ValueError(f"{path}: face-embedding network trained at {ckpt['resolution']} "

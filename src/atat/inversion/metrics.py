@@ -277,8 +277,11 @@ def save_real_embeddings(evaluator: Evaluator, path: str | os.PathLike[str],
 
 
 def load_real_embeddings(path: str | os.PathLike[str]) -> dict[str, Any]:
-    """A :func:`save_real_embeddings` file (tensors and plain values only)."""
-    return torch.load(path, map_location="cpu", weights_only=True)
+    """A :func:`save_real_embeddings` file (tensors and plain values only); a truncated one is
+    named with what to do (atat.io.torch_load)."""
+    from atat import io
+
+    return io.torch_load(path)
 
 
 def summarize(frame, face_metric_note: str | None = None) -> dict[str, Any]:

@@ -28,6 +28,7 @@ import _compat_pickle
 import codecs
 import collections
 import io
+import os
 import pickle
 import types
 from dataclasses import dataclass, field
@@ -269,13 +270,26 @@ class SafeUnpickler(pickle.Unpickler):
         raise UnsafePickleError(f"persistent ids are not allowed (got {pid!r})")
 
 
-def safe_load(fileobj_or_path) -> Any:
-    """Unpickle with :class:`SafeUnpickler` from a path, bytes or binary file object."""
+def safe_load(fileobj_or_path, *, advice: str | None = None) -> Any:
+    """Unpickle with :class:`SafeUnpickler` from a path, bytes or binary file object. A file
+    that is truncated or corrupt raises :class:`atat.io.CheckpointError` naming it and
+    ``advice`` (default: delete it and rerun the job that writes it, a download included); a
+    refused global stays an :class:`UnsafePickleError`."""
     if isinstance(fileobj_or_path, (bytes, bytearray)):
         return SafeUnpickler(io.BytesIO(bytes(fileobj_or_path))).load()
-    if isinstance(fileobj_or_path, (str, Path)):
+    if isinstance(fileobj_or_path, (str, os.PathLike)):
+        from atat import io as atat_io
+
         with open(fileobj_or_path, "rb") as f:
-            return SafeUnpickler(f).load()
+            try:
+                return SafeUnpickler(f).load()
+            except UnsafePickleError:
+                raise
+            except (MemoryError, RecursionError):
+                raise
+            except Exception as e:  # "pickle data was truncated", EOFError, bad opcodes, ...
+                raise atat_io.unreadable(fileobj_or_path, e, atat_io.REBUILD_ADVICE
+                                         if advice is None else advice) from None
     return SafeUnpickler(fileobj_or_path).load()
 
 
