@@ -255,8 +255,8 @@ def test_run_ppdg_structure_and_original_untouched(monkeypatch):
     monkeypatch.setattr(ppdg, "tune_generator", spy_tune)
     scorer = FakeScorer()
     logs = []
-    # the per-class path (the spec's order of work); the shared round-1 search and the
-    # lockstep are checked against it below
+    # the per-class path (the original's order of work, docs/sources.md#ppdg); the shared round-1
+    # search and the lockstep are checked against it below
     out = run_ppdg(G, D, tm, _params(), scorer, perc, log=logs.append, share_search=False,
                    lockstep=False)
 

@@ -63,7 +63,8 @@ def test_nvidia_layout_pickle_loads_without_executing_module_src(tmp_path, proto
     save_stylegan_pickle(path, G, module_src=_malicious_src(sentinel), protocol=protocol,
                          training_set_kwargs=dict(resolution=16, use_labels=False))
 
-    # exactly the globals the spec lists for real StyleGAN2-ADA pickles are used
+    # exactly the globals real StyleGAN2-ADA pickles contain are used
+    # (docs/sources.md#stylegan2-pickles)
     seen: set[str] = set()
     data = _RecordingUnpickler(io.BytesIO(path.read_bytes()), seen).load()
     assert "torch_utils.persistence._reconstruct_persistent_obj" in seen

@@ -24,7 +24,7 @@ from atat.inversion.stylegan2 import (
 )
 
 # the official FFHQ/AFHQ-Dog generator architecture: the package's one definition, checked here
-# against the spec's parameter counts and names
+# against the parameter counts and names of docs/sources.md#stylegan2-generator, #stylegan2-pickles
 FFHQ_KW = OFFICIAL_PRIOR_KWARGS
 
 
@@ -93,7 +93,7 @@ def test_ws_split_shares_torgb_w_with_next_conv0():
 
 
 # ---------------------------------------------------------------------------------------
-# Ops against independent numpy/scipy references written from the spec's words
+# Ops against independent numpy/scipy references written from docs/sources.md#stylegan2-generator
 # ---------------------------------------------------------------------------------------
 
 def _np_upsample2d(x: np.ndarray) -> np.ndarray:

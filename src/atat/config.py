@@ -613,8 +613,9 @@ def _check_inversion(config: Mapping[str, Any]) -> None:
 
 
 def _check_ifgmi_radii(params: Mapping[str, Any], where: str) -> None:
-    """One max_radius_mid / max_radius_w per IF-GMI stage (``steps``), after the spec
-    defaults of keys the config leaves out (atat.inversion_defaults.ifgmi_settings)."""
+    """One max_radius_mid / max_radius_w per IF-GMI stage (``steps``), after the
+    defaults (docs/sources.md#if-gmi) of keys the config leaves out
+    (atat.inversion_defaults.ifgmi_settings)."""
 
     settings = ifgmi_settings(params)
     n = len(settings["steps"])
