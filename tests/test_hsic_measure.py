@@ -79,11 +79,82 @@ def test_matches_atat_hsic_called_directly_on_one_batch(data_root, model_path):
     with torch.no_grad():
         _, hidden = model.forward_hidden(x)
         for layer, z in zip(res["layers"], hidden):
-            direct_xz = float(hsic_xz(x, z))
-            direct_yz = float(hsic_yz(z, y, n_classes=N_CLASSES))
+            direct_xz = float(hsic_xz(x, z, dtype=torch.float64))   # the default hsic.dtype
+            direct_yz = float(hsic_yz(z, y, n_classes=N_CLASSES, dtype=torch.float64))
             assert res["raw"]["hsic_xz"][layer][0] == pytest.approx(direct_xz, abs=1.5e-5)
             assert res["raw"]["hsic_yz"][layer][0] == pytest.approx(direct_yz, abs=1.5e-5)
             assert res["hsic_xz"][layer] == res["raw"]["hsic_xz"][layer][0]
+
+
+def _reference_nhsic(a, b, kernel_b):
+    """nHSIC written independently in float64 NumPy: Gaussian kernel from pairwise differences
+    (not the expanded form), right centring, R = K~ (K~ + eps m I)^-1, trace(R_a R_b)."""
+    def normalized(v, kernel):
+        v = np.asarray(v, dtype=np.float64).reshape(len(v), -1)
+        m, d = v.shape
+        if kernel == "gaussian":
+            diff = v[:, None, :] - v[None, :, :]
+            k = np.exp(-(diff ** 2).sum(-1) / (2 * 5.0 ** 2 * d))
+        else:
+            k = v @ v.T
+        kc = k @ (np.eye(m) - 1.0 / m)
+        return kc @ np.linalg.inv(kc + 1e-5 * m * np.eye(m))
+    return float(np.sum(normalized(a, "gaussian") * normalized(b, kernel_b).T))
+
+
+class _Hidden(torch.nn.Module):
+    """A 'model' whose hidden stages are given tensors (the measurement's kernel maths alone)."""
+
+    def __init__(self, hidden):
+        super().__init__()
+        self.hidden = hidden
+
+    def forward_hidden(self, x):
+        return torch.zeros(len(x), N_CLASSES), self.hidden
+
+
+def _ill_conditioned_cases():
+    g = torch.Generator().manual_seed(3)
+    m = 16
+    base = torch.randn(m, 6, generator=g)
+    yield "scale 1e3", torch.randn(m, 3, 8, 8, generator=g) * 1e3, [base * 1e3]
+    yield "1-D", torch.randn(m, 1, generator=g), [torch.randn(m, 1, generator=g)]
+    near = base[:, :1] + 1e-4 * torch.randn(m, 6, generator=g)   # nearly collinear columns
+    yield "collinear", near, [near * 50, base]
+
+
+def test_measurement_in_float64_matches_an_independent_reference_where_float32_does_not():
+    """The measurement's default precision reproduces a float64 NumPy reference on
+    ill-conditioned inputs to 1e-8 (relative); float32 (BiDO's training precision) does not,
+    which is why the tables are measured in float64."""
+    from atat.hsic_measure import batch_hsic
+
+    y = torch.arange(16) % N_CLASSES
+    onehot = np.eye(N_CLASSES)[y.numpy()]
+    worst32 = 0.0
+    for name, x, hidden in _ill_conditioned_cases():
+        model = _Hidden(hidden)
+        xz64, yz64, _ = batch_hsic(model, x, y, N_CLASSES)            # default: float64
+        xz32, yz32, _ = batch_hsic(model, x, y, N_CLASSES, dtype="float32")
+        for i, z in enumerate(hidden):
+            ref_xz = _reference_nhsic(z.numpy(), x.numpy(), "gaussian")
+            ref_yz = _reference_nhsic(z.numpy(), onehot, "linear")
+            assert xz64[i] == pytest.approx(ref_xz, rel=1e-8, abs=1e-10), name
+            assert yz64[i] == pytest.approx(ref_yz, rel=1e-8, abs=1e-10), name
+            worst32 = max(worst32, abs(xz32[i] - ref_xz) / abs(ref_xz),
+                          abs(yz32[i] - ref_yz) / abs(ref_yz))
+    assert worst32 > 1e-5, f"float32 matched the reference to {worst32:.1e} on every case"
+
+
+def test_measurement_records_its_precision_and_rejects_an_unknown_one(data_root, model_path):
+    res = measure_hsic(model_path, data_root, 32, split="val", batch_size=8, n_batches=1)
+    assert res["estimator"]["dtype"] == "float64"
+    res32 = measure_hsic(model_path, data_root, 32, split="val", batch_size=8, n_batches=1,
+                         dtype="float32")
+    assert res32["estimator"]["dtype"] == "float32"
+    with pytest.raises(ValueError, match="hsic.dtype: 'float16'"):
+        measure_hsic(model_path, data_root, 32, split="val", batch_size=8, n_batches=1,
+                     dtype="float16")
 
 
 def _fake_hsic(path, dataset, arch, defense, seed, base):

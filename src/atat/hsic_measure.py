@@ -21,6 +21,14 @@ Deviation: the REPO measures DenseNet stage outputs only for BiDO models (other 
 final pooled vector only, docs/sources.md#hsic-measurement); here every ResNet and DenseNet gets its
 four stages, so rows of one table are comparable. The paper's HSIC tables are ResNet tables.
 
+Precision: the measurement computes the kernels, their centring and inverse in ``dtype``,
+float64 by default (config ``hsic.dtype``; recorded in the output and the tables' captions).
+BiDO trains with the same estimator in float32 (:mod:`atat.hsic`), but as a measurement
+float32 is not accurate enough: the inverse of the regularised kernel (ε = 1e-5) amplifies
+rounding, and against a float64 reference the float32 values were off by a median 2e-3 and up to
+6% relative (tests/test_hsic_measure.py checks both paths against an independent float64
+reference on ill-conditioned inputs).
+
 Tiny datasets: when the split holds fewer samples than one batch (test configs), the whole
 split is one batch; ``batch_size_used`` records it (HSIC values depend on the batch size).
 """
@@ -45,22 +53,36 @@ log = logging.getLogger(__name__)
 
 DECIMALS = 5
 
-__all__ = ["DECIMALS", "batch_hsic", "measure_hsic", "measure_hsic_loader"]
+#: the measurement's precisions (config ``hsic.dtype``); float64 is the default
+DTYPES = {"float64": torch.float64, "float32": torch.float32}
+DEFAULT_DTYPE = "float64"
+
+__all__ = ["DECIMALS", "DEFAULT_DTYPE", "DTYPES", "batch_hsic", "measure_hsic",
+           "measure_hsic_loader"]
+
+
+def _dtype(name: str) -> torch.dtype:
+    if name not in DTYPES:
+        raise ValueError(f"hsic.dtype: '{name}' is not one of {list(DTYPES)}")
+    return DTYPES[name]
 
 
 def batch_hsic(model: nn.Module, x: Tensor, y: Tensor, n_classes: int, *,
-               yz_ktype: str = "linear") -> tuple[list[float], list[float], Tensor]:
-    """Unrounded (HSIC(X, Z_l) per layer, HSIC(Y, Z_l) per layer, logits) of one batch.
+               yz_ktype: str = "linear", dtype: str = DEFAULT_DTYPE
+               ) -> tuple[list[float], list[float], Tensor]:
+    """Unrounded (HSIC(X, Z_l) per layer, HSIC(Y, Z_l) per layer, logits) of one batch, the
+    kernel maths in ``dtype`` (the model runs as it was trained; its activations are cast).
 
     Identical to calling :func:`atat.hsic.hsic_xz` / :func:`atat.hsic.hsic_yz` per layer; the
     normalised kernels of X and Y are computed once per batch instead of once per layer."""
     with torch.no_grad():
         logits, hidden = model.forward_hidden(x)
-        r_x = normalized_kernel(x, "gaussian")
-        r_y = normalized_kernel(one_hot(y, n_classes), yz_ktype)
+        dt = _dtype(dtype)
+        r_x = normalized_kernel(x, "gaussian", dtype=dt)
+        r_y = normalized_kernel(one_hot(y, n_classes), yz_ktype, dtype=dt)
         xz, yz = [], []
         for z in hidden:
-            r_z = normalized_kernel(z, "gaussian")
+            r_z = normalized_kernel(z, "gaussian", dtype=dt)
             xz.append(float(nhsic_from_normalized(r_z, r_x)))
             yz.append(float(nhsic_from_normalized(r_z, r_y)))
     return xz, yz, logits
@@ -73,7 +95,7 @@ def _layer_names(model: nn.Module, n: int) -> list[str]:
 
 def measure_hsic_loader(model: nn.Module, loader: Any, n_classes: int, device: torch.device, *,
                         n_batches: int | None = None, yz_ktype: str = "linear",
-                        progress: bool = False) -> dict[str, Any]:
+                        dtype: str = DEFAULT_DTYPE, progress: bool = False) -> dict[str, Any]:
     """Run the measurement of docs/sources.md#hsic-measurement over ``loader``; returns layers,
     per-layer means and the rounded raw per-batch values."""
     model.eval()
@@ -88,7 +110,7 @@ def measure_hsic_loader(model: nn.Module, loader: Any, n_classes: int, device: t
         if n_batches is not None and b >= n_batches:
             break
         x, y = x.to(device), y.to(device)
-        xz, yz, logits = batch_hsic(model, x, y, n_classes, yz_ktype=yz_ktype)
+        xz, yz, logits = batch_hsic(model, x, y, n_classes, yz_ktype=yz_ktype, dtype=dtype)
         if layers is None:
             layers = _layer_names(model, len(xz))
         raw_xz.append([round(v, DECIMALS) for v in xz])
@@ -118,14 +140,17 @@ def measure_hsic_loader(model: nn.Module, loader: Any, n_classes: int, device: t
 def measure_hsic(model_path: str | Path, dataset_root: str | Path, resolution: int, *,
                  split: str = "train", batch_size: int = 128, n_batches: int | None = None,
                  device: str | torch.device = "cpu", aug: Mapping[str, Any] | None = None,
-                 seed: int = 0, yz_ktype: str = "linear", num_workers: int = 0,
+                 seed: int = 0, yz_ktype: str = "linear", dtype: str = DEFAULT_DTYPE,
+                 num_workers: int = 0,
                  out_path: str | Path | None = None, meta: Mapping[str, Any] | None = None,
                  progress: bool = False) -> dict[str, Any]:
     """HSIC(X, Z_l) and HSIC(Y, Z_l) of a model checkpoint of :func:`atat.train.train`
     (docs/sources.md#hsic-measurement). ``aug``: the training augmentation (train split only;
     ``None`` = the docs/sources.md#input-pipeline default); ``seed`` seeds loader order and
     augmentation; ``n_batches`` caps the number of batches (``None`` = all). Writes JSON to
-    ``out_path`` when given and returns the dict."""
+    ``out_path`` when given and returns the dict. ``dtype``: the kernel maths' precision
+    (``float64`` default, ``float32`` as BiDO's training loss)."""
+    _dtype(dtype)
     from atat.train import load_model
 
     device = torch.device(device)
@@ -145,7 +170,7 @@ def measure_hsic(model_path: str | Path, dataset_root: str | Path, resolution: i
                          shuffle=train, drop_last=True, num_workers=num_workers,
                          generator=torch.Generator().manual_seed(seed))
     res = measure_hsic_loader(model, loader, n_classes, device, n_batches=n_batches,
-                              yz_ktype=yz_ktype, progress=progress)
+                              yz_ktype=yz_ktype, dtype=dtype, progress=progress)
     result = {
         **dict(meta or {}),
         "model_id": ckpt.get("model_id"), "architecture": ckpt.get("architecture"),
@@ -154,7 +179,7 @@ def measure_hsic(model_path: str | Path, dataset_root: str | Path, resolution: i
         "batch_size_used": bs, "n_batches_requested": n_batches, "seed": seed,
         "model_mode": "eval",
         "estimator": {"name": "normalised-CCA HSIC (atat.hsic)", "sigma": SIGMA, "eps": EPS,
-                      "yz_ktype": yz_ktype, "dtype": "float32", "decimals": DECIMALS},
+                      "yz_ktype": yz_ktype, "dtype": dtype, "decimals": DECIMALS},
         **res,
         "device": str(device), "seconds": time.perf_counter() - t0,
     }

@@ -95,8 +95,10 @@ def hsic_table(hsic_files: Sequence[str | Path], summary_csv: str | Path | None,
     with_yz = table in HSIC_TABLES_WITH_YZ
     recs = []
     splits: set[str] = set()
+    dtypes: set[str] = set()
     for path in hsic_files:
         r = io.read_json(path)
+        dtypes.add(str((r.get("estimator") or {}).get("dtype", "float32")))
         for key in ("dataset", "architecture", "defense_name", "seed"):
             if key not in r:
                 raise ValueError(f"{path}: HSIC file lacks '{key}' (written without meta?)")
@@ -142,7 +144,7 @@ def hsic_table(hsic_files: Sequence[str | Path], summary_csv: str | Path | None,
                                             zip(grouped["dataset"], grouped["architecture"])}))
     caption = entry.caption.format(cells=cells)
     caption += (f" Mean over the {' / '.join(sorted(splits))} batches (REPO's rule) and over {n_seeds} "
-                f"seed(s); Zj = output of stage j.")
+                f"seed(s); Zj = output of stage j; HSIC computed in {' / '.join(sorted(dtypes))}.")
     if has_ppa:
         caption += " PPA AttAcc@1 measures reconstruction."
     else:

@@ -17,6 +17,6 @@ else:
 
     measure_hsic(snakemake.input.model, p.dataset_root, p.resolution,  # noqa: F821
                  split=p.split, batch_size=int(p.batch_size), n_batches=p.n_batches,
-                 device=device(), aug=p.aug, seed=int(p.seed), yz_ktype=p.yz_ktype,
+                 device=device(), aug=p.aug, seed=int(p.seed), yz_ktype=p.yz_ktype, dtype=p.dtype,
                  num_workers=int(p.num_workers), out_path=snakemake.output[0],  # noqa: F821
                  meta=p.meta, progress=False)
