@@ -2,7 +2,9 @@
 # attack); each job writes the per-image scores of its final images, the summary metrics, one
 # reconstruction per class (highest evaluation confidence, for the grid figures) and the
 # final latents. Per-batch/per-class progress lives under results/.resume/inversion/ (not
-# declared, so a failed job keeps it and a rerun continues).
+# declared, so a failed job keeps it and a rerun continues). With inversion.classes_per_job a
+# (model, attack) is several invert_shard jobs of consecutive classes (parts/classes<a>-<b>.pt,
+# each with its own resume directory) that rule invert merges into the same bytes.
 
 from atat.preconditions import inversion_priors, prior_quality_path  # noqa: E402
 
@@ -113,7 +115,7 @@ rule real_embeddings:
         # the paper's ~25k FaceScrub training images at 299 px through Inception-v3 and FaceNet
         # in batches of 64: a few GB; the features themselves ~0.3 GB
         mem_mb=16000,
-        runtime=2 * 60,
+        runtime=runtime_min("real_embeddings"),
     conda:
         "../../envs/torch.yaml"
     script:
@@ -121,9 +123,11 @@ rule real_embeddings:
 
 
 rule invert:
+    # One (model, attack): attacks every class itself, or, when inversion.classes_per_job
+    # splits its classes (atat.config.inversion_shards), merges the parts of its
+    # invert_shard jobs into the same bytes (seconds on one CPU, no GPU).
     input:
-        unpack(inversion_inputs),
-        real_embeddings="results/inversion/{dataset}/real_embeddings.pt",
+        unpack(invert_inputs),
     output:
         per_image=f"{INV_DIR}/per_image.csv",
         metrics=f"{INV_DIR}/metrics.json",
@@ -146,18 +150,65 @@ rule invert:
         "logs/inversion/{dataset}/{arch}/{defense}/seed{seed}/{attack}.log",
     benchmark:
         "benchmarks/inversion/{dataset}/{arch}/{defense}/seed{seed}/{attack}.tsv"
-    threads: 8
+    threads: lambda wc: 1 if invert_sharded(wc) else 8
     resources:
-        gpu=1,
+        gpu=invert_resource("gpu", 1),
         # host RAM; a CPU run at 1024 px needs about the GPU figure below (PPA ~46 GiB of
         # tensors at batch 25, PPDG's tuning ~31 GiB at 5 points: atat.inversion_resources)
-        mem_mb=48000,
+        mem_mb=invert_resource("mem_mb", 48000),
         # estimated GPU memory (atat.inversion_resources), at the paper's 1024 px with a
         # ResNet-152 target: PPA (batch 25) 55000 MB, IF-GMI and PPDG (batch 20) 44000 MB;
         # PPDG's tuning on 5 points (~37 GiB) is below its optimisation batch. Not a standard
         # Snakemake resource: informative, or a cap with --resources gpu_mem_mb=N (global).
+        gpu_mem_mb=invert_resource("gpu_mem_mb", invert_gpu_mem_mb),
+        # the card that holds gpu_mem_mb (profile's gpu_cards; larger after an OOM) and the
+        # runtime from the job's forecast (common.smk, atat.job_cost)
+        gpu_model=invert_gpu_model,
+        constraint=invert_gpu_constraint,
+        runtime=invert_resource("runtime", runtime_min("invert")),
+    conda:
+        "../../envs/torch.yaml"
+    script:
+        "../scripts/invert.py"
+
+
+rule invert_shard:
+    # The classes at positions start..stop-1 of one (model, attack)'s class list
+    # (inversion.classes_per_job; atat.config.inversion_shards), each computed exactly as in
+    # the job over every class; its own resume files; merged by rule invert.
+    input:
+        unpack(inversion_inputs),
+        real_embeddings="results/inversion/{dataset}/real_embeddings.pt",
+    output:
+        part=f"{INV_DIR}/parts/classes{{start}}-{{stop}}.pt",
+    wildcard_constraints:
+        start=r"\d+",
+        stop=r"\d+",
+    params:
+        attack=lambda wc: inversion_params(config, wc.dataset, wc.arch, wc.defense, wc.attack),
+        evaluation=lambda wc: config["evaluation_model"],
+        face=lambda wc: config["face_embedding"],
+        faces=lambda wc: bool(config["datasets"][wc.dataset].get("faces", False)),
+        resume="results/.resume/inversion/{dataset}/{arch}/{defense}/seed{seed}/{attack}/classes{start}-{stop}",
+        ids=lambda wc: dict(
+            dataset=wc.dataset,
+            architecture=wc.arch,
+            defense=wc.defense,
+            seed=int(wc.seed),
+            attack=wc.attack,
+        ),
+    log:
+        "logs/inversion/{dataset}/{arch}/{defense}/seed{seed}/{attack}/classes{start}-{stop}.log",
+    benchmark:
+        "benchmarks/inversion/{dataset}/{arch}/{defense}/seed{seed}/{attack}/classes{start}-{stop}.tsv"
+    threads: 8
+    resources:
+        gpu=1,
+        mem_mb=48000,  # as rule invert
         gpu_mem_mb=invert_gpu_mem_mb,
-        runtime=24 * 60,
+        gpu_model=invert_gpu_model,  # as rule invert
+        constraint=invert_gpu_constraint,
+        runtime=runtime_min("invert_shard"),
     conda:
         "../../envs/torch.yaml"
     script:
@@ -221,10 +272,10 @@ rule figure_reconstructions:
         "../scripts/figure_reconstructions.py"
 
 
-# --- paper §3: Table 2 (rote memorisation) and Table 3 (Unseen-Pixels), from summary.csv ---
+# --- paper §3: Table 2 (rote memorisation) and Table 3 (Unseen-Pixels), each from its summary ---
 rule table2:
     input:
-        summary="results/summary.csv",
+        summary=output_summary_file("table2"),
     output:
         report(
             "results/tables/table2.csv",
@@ -254,7 +305,7 @@ rule table2:
 
 rule table3:
     input:
-        summary="results/summary.csv",
+        summary=output_summary_file("table3"),
     output:
         report(
             "results/tables/table3.csv",

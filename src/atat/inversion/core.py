@@ -30,6 +30,7 @@ __all__ = [
     "broadcast_w",
     "candidate_confidences",
     "candidate_search",
+    "check_class_ranges",
     "draws_random",
     "final_selection",
     "identity_loss",
@@ -108,6 +109,27 @@ def target_classes(targets: str | int | Sequence[int], n_classes: int, dataset_k
         women = rng.sample(range(half, n_classes), k - k // 2)
         return men + women
     return rng.sample(range(0, n_classes), k)
+
+
+def check_class_ranges(parts: Sequence[Mapping[str, Any]], n: int, attack: str
+                       ) -> list[Mapping[str, Any]]:
+    """``parts`` (results of class-range jobs, each with ``class_range = (start, stop)``)
+    sorted by range, after checking that their ranges tile 0..n exactly once."""
+    parts = sorted(parts, key=lambda p: tuple(p["class_range"]))
+    at = 0
+    for p in parts:
+        if p.get("attack", attack) != attack:
+            raise ValueError(f"a {p.get('attack')} part among the {attack} parts")
+        a, b = (int(v) for v in p["class_range"])
+        if a != at or b <= a:
+            raise ValueError(f"{attack}: the parts' class ranges "
+                             f"{[tuple(q['class_range']) for q in parts]} do not tile the "
+                             f"attack's {n} classes (gap or overlap at position {at})")
+        at = b
+    if at != n:
+        raise ValueError(f"{attack}: the parts' class ranges end at {at}, the attack has {n} "
+                         "classes")
+    return parts
 
 
 # --------------------------------------------------- rendering (docs/sources.md#attack-conventions)
@@ -359,6 +381,7 @@ def final_selection(G: nn.Module, target_model: nn.Module, w: torch.Tensor,
                     rrc_scale: Sequence[float] | None = (0.5, 0.9),
                     rrc_ratio: Sequence[float] = (0.8, 1.2), flip: float = 0.5,
                     batch_size: int = 250, render_batch_size: int = RENDER_BATCH_SIZE,
+                    class_seed: int | None = None,
                     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Per target class: score every candidate by its mean target confidence over
     ``iterations`` random transforms (RandomResizedCrop, unless ``rrc_scale`` is None as in
@@ -369,7 +392,12 @@ def final_selection(G: nn.Module, target_model: nn.Module, w: torch.Tensor,
     Candidates are scored ``batch_size`` at a time but rendered ``render_batch_size`` at a time
     and resized to ``resize`` at once, as the official PPA (``create_image``'s batches of 20,
     then a DataLoader of ``batch_size`` over the resized images): 250 full-resolution 1024 px
-    images through the synthesis network at once would need ~100 GiB."""
+    images through the synthesis network at once would need ~100 GiB.
+
+    ``class_seed``: torch's random streams are re-seeded with ``class_seed + class`` before
+    each class, so a class's scores do not depend on the classes scored before it (PPA's
+    class-range jobs, atat.config.inversion_shards); None: one stream continues through the
+    classes (the caller seeds it, as PPDG does per class)."""
     ops: list = []
     if rrc_scale is not None:
         ops.append(T.RandomResizedCrop(resize, scale=tuple(rrc_scale), ratio=tuple(rrc_ratio),
@@ -378,6 +406,8 @@ def final_selection(G: nn.Module, target_model: nn.Module, w: torch.Tensor,
     tf = T.Compose(ops)
     out_w, out_t, out_s = [], [], []
     for cls in sorted(set(int(t) for t in targets.tolist())):
+        if class_seed is not None:
+            torch.manual_seed(int(class_seed) + cls)
         idx = (targets == cls).nonzero().squeeze(1)
         scores = torch.zeros(len(idx))
         for i in range(0, len(idx), batch_size):

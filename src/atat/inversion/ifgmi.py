@@ -19,7 +19,10 @@ IF-GMI code and the replication, i.e. the stage is chosen with the evaluator.
 Deviation for resumability (documented, as in :mod:`atat.inversion.ppa`): the original draws
 every random transform from one global torch stream; here the stream is re-seeded with
 ``seed + batch index`` at the start of each batch, so a job resumed after an interruption
-reproduces an uninterrupted run exactly.
+reproduces an uninterrupted run exactly. A job over a range of the classes
+(:func:`ifgmi_classes`, atat.config.inversion_shards) computes its batches as the job over every
+class does (same batch indices and lockstep groups); :func:`merge_ifgmi` joins the ranges and
+chooses the stage.
 """
 
 from __future__ import annotations
@@ -33,7 +36,7 @@ import torch
 from torch import nn
 
 from atat import io
-from atat.precision import no_tf32
+from atat.precision import attack_precision
 from atat.inversion_defaults import IFGMI_CANDIDATE_DEFAULTS, IFGMI_DEFAULTS, ifgmi_settings
 from atat.progress import track  # one log line per batch, with ETA
 
@@ -42,6 +45,7 @@ from .core import (
     ResultAccumulator,
     attack_transform,
     broadcast_w,
+    check_class_ranges,
     draws_random,
     identity_loss,
     initial_latents,
@@ -50,7 +54,8 @@ from .core import (
     target_classes,
 )
 
-__all__ = ["DEFAULTS", "ifgmi_settings", "l1_ball_projection", "optimize_stage", "run_ifgmi"]
+__all__ = ["DEFAULTS", "ifgmi_classes", "ifgmi_settings", "l1_ball_projection", "merge_ifgmi",
+           "optimize_stage", "run_ifgmi"]
 
 #: Values of docs/sources.md#if-gmi ([REP] if_gmi.yaml, FaceScrub) used for keys a config leaves
 #: out: one copy in the torch-free atat.inversion_defaults, which atat.config's checks read too.
@@ -167,6 +172,21 @@ def _merge(dst: ResultAccumulator, rows: list, best: Mapping) -> None:
 
 
 # ------------------------------------------------------------------ the attack
+def _plan(cfg: Mapping[str, Any]) -> tuple[list[int], torch.Tensor, list[torch.Tensor]]:
+    """The attack's classes (first-appearance order), each candidate's class and the batches
+    (candidate indices) of the whole job: per class, batches of that class's candidates."""
+    classes = target_classes(cfg["targets"], int(cfg["n_classes"]),
+                             cfg.get("dataset_kind", ""), int(cfg["seed"]), first_k=True)
+    per_cand = torch.tensor(classes, dtype=torch.long).repeat_interleave(
+        int(cfg["candidates"]["num_candidates"]))
+    bs = int(cfg["batch_size"])
+    batches: list[torch.Tensor] = []
+    for c in dict.fromkeys(classes):
+        idx = (per_cand == c).nonzero().squeeze(1)
+        batches.extend(idx[i:i + bs] for i in range(0, len(idx), bs))
+    return classes, per_cand, batches
+
+
 def run_ifgmi(G: nn.Module, target_model: nn.Module, params: Mapping[str, Any], scorer: Callable,
               *, device: str | torch.device = "cpu", resume_dir: str | Path | None = None,
               progress: bool = True, log: Callable[[str], Any] = print,
@@ -189,7 +209,23 @@ def run_ifgmi(G: nn.Module, target_model: nn.Module, params: Mapping[str, Any], 
     (Acc@1 per stage), ``selection_note``, ``final_w`` (best stage's w, [N, 1, w_dim]),
     ``targets`` ([N], same order as ``frame`` and ``final_w``), plus ``stage_summary`` (per
     stage Acc@1/Acc@5/mean eval confidence/AvgTargetConf), ``avg_target_conf`` (best stage),
-    ``classes`` and ``note``."""
+    ``classes`` and ``note``. The same as :func:`merge_ifgmi` of :func:`ifgmi_classes` over
+    every class."""
+    return merge_ifgmi([ifgmi_classes(G, target_model, params, scorer, device=device,
+                                      resume_dir=resume_dir, progress=progress, log=log,
+                                      lockstep=lockstep)], params, log=log)
+
+
+def ifgmi_classes(G: nn.Module, target_model: nn.Module, params: Mapping[str, Any],
+                  scorer: Callable, *, class_range: tuple[int, int] | None = None,
+                  device: str | torch.device = "cpu", resume_dir: str | Path | None = None,
+                  progress: bool = True, log: Callable[[str], Any] = print,
+                  lockstep: bool = True) -> dict[str, Any]:
+    """IF-GMI's batches of the classes at positions ``class_range = (start, stop)`` of the
+    attack's class list (None: every class), every stage of each. The lockstep groups are
+    those of the job over every class: a group shared with a neighbouring range is computed
+    whole by both, each keeping its own batches, so every batch is computed as in that job.
+    A part for :func:`merge_ifgmi` (which chooses the stage over all classes)."""
     device = torch.device(device)
     G = G.to(device).eval().requires_grad_(False)
     target_model = target_model.to(device).eval().requires_grad_(False)
@@ -208,8 +244,7 @@ def run_ifgmi(G: nn.Module, target_model: nn.Module, params: Mapping[str, Any], 
                          f"only {n_blocks} synthesis blocks; stage i starts at block i")
     r_mid = [_radius(cfg["max_radius_mid"], i, "max_radius_mid") for i in range(n_stages)]
     r_w = [_radius(cfg["max_radius_w"], i, "max_radius_w") for i in range(n_stages)]
-    loss_name = cfg.get("loss") or "poincare"
-    loss_fn = identity_loss(loss_name)
+    loss_fn = identity_loss(cfg.get("loss") or "poincare")
     bs = int(cfg["batch_size"])
     fig_res = int(cfg["figure_resolution"])
 
@@ -223,37 +258,32 @@ def run_ifgmi(G: nn.Module, target_model: nn.Module, params: Mapping[str, Any], 
                              "resume_dir")
         io.write_text(stamp_path, stamp)
 
-    with no_tf32():
+    with attack_precision(str(params.get("precision", "fp32"))):
         seed_everything(seed)
-        classes = target_classes(cfg["targets"], int(cfg["n_classes"]),
-                                 cfg.get("dataset_kind", ""), seed, first_k=True)
-        per_cand = torch.tensor(classes, dtype=torch.long).repeat_interleave(
-            int(cand["num_candidates"]))
+        classes, per_cand, batches = _plan(cfg)
+        start, stop = (0, len(classes)) if class_range is None else map(int, class_range)
+        if not 0 <= start < stop <= len(classes):
+            raise ValueError(f"class range {class_range} is not within the attack's "
+                             f"{len(classes)} classes")
+        mine = set(classes[start:stop])
         w_init = initial_latents(G, target_model, per_cand, cand, center_crop=crop, resize=res,
                                  seed=seed, device=device,
                                  init_path=resume / "init_w.pt" if resume else None)
-        log(f"IF-GMI: {len(classes)} classes x {int(cand['num_candidates'])} candidates, "
-            f"stages {steps}, batch size {bs}")
-
-        # per target class (first-appearance order), batches of that class's candidates
-        batches: list[torch.Tensor] = []
-        for c in dict.fromkeys(classes):
-            idx = (per_cand == c).nonzero().squeeze(1)
-            batches.extend(idx[i:i + bs] for i in range(0, len(idx), bs))
+        log(f"IF-GMI: classes {start}-{stop} of {len(classes)} x "
+            f"{int(cand['num_candidates'])} candidates, stages {steps}, batch size {bs}")
 
         tf = attack_transform(crop, res, cfg["rrc_scale"], cfg["rrc_ratio"])
-        accs = [ResultAccumulator(fig_res, crop) for _ in range(n_stages)]
-        stage_w: list[list[torch.Tensor]] = [[] for _ in range(n_stages)]
-        stage_conf: list[list[torch.Tensor]] = [[] for _ in range(n_stages)]
-        order: list[torch.Tensor] = []
         if lockstep and draws_random(target_model, torch.zeros(2, 3, res, res, device=device)):
             log("IF-GMI: the target model draws random numbers at inference: one batch at a "
                 "time (no lockstep)")
             lockstep = False
         groups = (pack_lanes([len(i) for i in batches], bs) if lockstep
                   else [[b] for b in range(len(batches))])
+        own = {b for b, idx in enumerate(batches) if int(per_cand[idx[0]]) in mine}
+        groups = [g for g in groups if own.intersection(g)]
         kw = dict(steps=steps, lr=float(cfg["lr"]), betas=cfg["betas"], transform=tf,
                   loss_fn=loss_fn, r_mid=r_mid, r_w=r_w, fig_res=fig_res, crop=crop)
+        out: dict[int, dict] = {}
         for group in track(groups, "IF-GMI batch groups", log=logging.getLogger(__name__),
                            enabled=progress):
             paths = {b: resume / f"batch{b:05d}.pt" if resume else None for b in group}
@@ -273,15 +303,40 @@ def run_ifgmi(G: nn.Module, target_model: nn.Module, params: Mapping[str, Any], 
             for b in todo:
                 if paths[b] is not None:
                     io.torch_save(done[b], paths[b])
-            for b in group:
-                order.append(batches[b])
-                for i, st in enumerate(done[b]["stages"]):
-                    _merge(accs[i], st["rows"], st["best"])
-                    stage_w[i].append(st["w"])
-                    stage_conf[i].append(st["target_conf"])
+            out.update((b, done[b]) for b in group if b in own)
+    return {"attack": "ifgmi", "class_range": (start, stop), "classes": classes[start:stop],
+            "batches": out}
 
-    order_all = torch.cat(order)
-    targets = per_cand[order_all]
+
+def merge_ifgmi(parts: list[Mapping[str, Any]], params: Mapping[str, Any], *,
+                log: Callable[[str], Any] = print) -> dict[str, Any]:
+    """One IF-GMI result (see :func:`run_ifgmi`) from :func:`ifgmi_classes` parts whose class
+    ranges tile the attack's class list: the stage with the highest evaluation Acc@1 over
+    every class, exactly what the job over every class returns."""
+    cfg = ifgmi_settings(params)
+    classes, per_cand, batches = _plan(cfg)
+    parts = check_class_ranges(parts, len(classes), "ifgmi")
+    done = {int(b): r for p in parts for b, r in p["batches"].items()}
+    if sorted(done) != list(range(len(batches))):
+        raise ValueError(f"ifgmi: the parts hold batches {sorted(done)[:10]}..., the job has "
+                         f"{len(batches)}")
+    steps = cfg["steps"]
+    n_stages = len(steps)
+    cand = cfg["candidates"]
+    crop = cfg.get("center_crop")
+    r_mid = [_radius(cfg["max_radius_mid"], i, "max_radius_mid") for i in range(n_stages)]
+    r_w = [_radius(cfg["max_radius_w"], i, "max_radius_w") for i in range(n_stages)]
+    loss_name = cfg.get("loss") or "poincare"
+    accs = [ResultAccumulator(int(cfg["figure_resolution"]), crop) for _ in range(n_stages)]
+    stage_w: list[list[torch.Tensor]] = [[] for _ in range(n_stages)]
+    stage_conf: list[list[torch.Tensor]] = [[] for _ in range(n_stages)]
+    for b in range(len(batches)):
+        for i, st in enumerate(done[b]["stages"]):
+            _merge(accs[i], st["rows"], st["best"])
+            stage_w[i].append(st["w"])
+            stage_conf[i].append(st["target_conf"])
+
+    targets = per_cand[torch.cat(batches)]
     summary = []
     for i, acc in enumerate(accs):
         frame = acc.frame()

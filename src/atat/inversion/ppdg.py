@@ -23,7 +23,9 @@ Replication details kept on purpose (docs/sources.md#ppdg):
 
 Our choices (not fixed by the sources): the torch/random/numpy RNGs are re-seeded with
 ``seed + class`` at the start of every class, so each class's result does not depend on which
-classes were attacked before it (this makes the per-class resume exact); the feature network is
+classes were attacked before it (this makes the per-class resume exact, and a job over a range
+of the classes, :func:`ppdg_classes`, computes what the job over every class computes for
+them; :func:`merge_ppdg` joins the ranges); the feature network is
 :mod:`atat.inversion.perceptual` (LPIPS-VGG replaces NVIDIA's TorchScript ``vgg16.pt``); when the
 discriminator's minibatch-stddev group does not divide the number of jointly projected images,
 D is applied image by image.
@@ -44,7 +46,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..io import load_resume, torch_save
-from ..precision import tf32_disabled
+from ..precision import attack_precision
 from ..progress import Progress
 from .core import (
     SCORE_COLUMNS,
@@ -53,6 +55,7 @@ from .core import (
     attack_transform,
     candidate_confidences,
     candidate_search,
+    check_class_ranges,
     draws_random,
     final_selection,
     identity_loss,
@@ -69,7 +72,9 @@ __all__ = [
     "DEFAULT_TUNE_STEPS",
     "MEASURES",
     "ct_loss",
+    "merge_ppdg",
     "mmd_loss",
+    "ppdg_classes",
     "project_joint",
     "project_pointwise",
     "run_ppdg",
@@ -465,7 +470,15 @@ def run_ppdg(G: nn.Module, D: nn.Module | None, target_model: nn.Module, params:
     class's candidates fit in one batch, round 1's optimisations of several classes run as
     one batch of up to ``batch_size`` (:class:`Lanes`: each class keeps its own random
     stream and loss; equal up to float rounding). Later rounds use each class's own tuned
-    generator and run one class at a time."""
+    generator and run one class at a time. The same as :func:`merge_ppdg` of
+    :func:`ppdg_classes` over every class."""
+    part = ppdg_classes(G, D, target_model, params, scorer, perceptual, device=device,
+                        resume_dir=resume_dir, progress=progress, log=log,
+                        share_search=share_search, lockstep=lockstep)
+    return merge_ppdg([part], params)
+
+
+def _ppdg_steps(params: dict) -> tuple[str, int, int, int]:
     measure = params["measure"]
     if measure not in MEASURES:
         raise ValueError(f"unknown PPDG measure {measure!r} (known: {MEASURES})")
@@ -476,9 +489,44 @@ def run_ppdg(G: nn.Module, D: nn.Module | None, target_model: nn.Module, params:
     num_rounds = int(params["num_rounds"])
     if num_rounds < 1:
         raise ValueError("num_rounds must be >= 1")
+    return measure, inv_steps, tune_steps, num_rounds
+
+
+def _ppdg_classes_of(params: dict) -> list[int]:
+    return sorted(set(target_classes(params["targets"], int(params["n_classes"]),
+                                     params["dataset_kind"], seed=int(params["seed"]))))
+
+
+def ppdg_classes(G: nn.Module, D: nn.Module | None, target_model: nn.Module, params: dict,
+                 scorer, perceptual: PerceptualFeatures, *,
+                 class_range: tuple[int, int] | None = None,
+                 device: str | torch.device = "cpu", resume_dir: str | Path | None = None,
+                 progress: bool = True, log: Callable[[str], None] = print,
+                 share_search: bool = True, lockstep: bool = True) -> dict:
+    """PPDG on the classes at positions ``class_range = (start, stop)`` of the attack's
+    (ascending) class list; None: every class. Every class has its own random streams
+    (``seed + class``); round 1's lockstep groups are those of the job over every class (a
+    group shared with a neighbouring range is optimised whole by both, each keeping its own
+    classes), so each class is computed as in that job. A part for :func:`merge_ppdg`."""
+    measure, inv_steps, tune_steps, num_rounds = _ppdg_steps(params)
+    with attack_precision(str(params.get("precision", "fp32"))):
+        return _ppdg_classes(G, D, target_model, params, scorer, perceptual,
+                             class_range=class_range, device=device, resume_dir=resume_dir,
+                             progress=progress, log=log, share_search=share_search,
+                             lockstep=lockstep, measure=measure, inv_steps=inv_steps,
+                             tune_steps=tune_steps, num_rounds=num_rounds)
+
+
+def _ppdg_classes(G, D, target_model, params, scorer, perceptual, *, class_range, device,
+                  resume_dir, progress, log, share_search, lockstep, measure, inv_steps,
+                  tune_steps, num_rounds) -> dict:
     seed = int(params["seed"])
-    classes = sorted(set(target_classes(params["targets"], int(params["n_classes"]),
-                                        params["dataset_kind"], seed=seed)))
+    all_classes = _ppdg_classes_of(params)
+    start, stop = (0, len(all_classes)) if class_range is None else map(int, class_range)
+    if not 0 <= start < stop <= len(all_classes):
+        raise ValueError(f"class range {class_range} is not within the attack's "
+                         f"{len(all_classes)} classes")
+    classes = all_classes[start:stop]
     say = log if progress else (lambda _msg: None)
 
     tm = _frozen_copy(target_model).to(device)
@@ -508,7 +556,10 @@ def run_ppdg(G: nn.Module, D: nn.Module | None, target_model: nn.Module, params:
         share_search = lockstep = False
     n_cand = int(params["candidates"]["num_candidates"])
     lockstep = lockstep and n_cand <= int(params["batch_size"])
-    group_size = max(1, int(params["batch_size"]) // n_cand) if lockstep else len(pending)
+    group_size = max(1, int(params["batch_size"]) // n_cand) if lockstep else len(all_classes)
+    # round 1's groups: consecutive classes of the whole job's list, less the classes of this
+    # range already done (those of other ranges are optimised with the group and dropped)
+    outside = set(all_classes) - set(classes)
     search = G0 = None
     first: dict[int, dict] = {}
     results = []
@@ -532,9 +583,10 @@ def run_ppdg(G: nn.Module, D: nn.Module | None, target_model: nn.Module, params:
                     truncation_psi=float(cand.get("truncation_psi", 0.5)),
                     truncation_cutoff=cand.get("truncation_cutoff", 8), seed=seed,
                     device=device)
-            i = pending.index(cls)
-            first.update(_first_rounds(G0, tm, pending[i:i + group_size], params, search,
-                                       seed=seed, lockstep=lockstep, device=device))
+            g = (start + k) // group_size * group_size
+            group = [c for c in all_classes[g:g + group_size] if c in outside or c in pending]
+            first.update(_first_rounds(G0, tm, group, params, search, seed=seed,
+                                       lockstep=lockstep, device=device))
         say(f"[ppdg] class {cls} ({k + 1}/{len(classes)})")
         seed_everything(seed + cls)
         pre = first.pop(cls, None)
@@ -548,7 +600,19 @@ def run_ppdg(G: nn.Module, D: nn.Module | None, target_model: nn.Module, params:
             torch_save(res, path)
         results.append(res)
         classes_done.step()
+    return {"attack": "ppdg", "class_range": (start, stop), "classes": classes,
+            "results": results, "discriminator": Dp is not None,
+            "perceptual": type(perceptual).__name__}
 
+
+def merge_ppdg(parts: list[dict], params: dict) -> dict:
+    """One PPDG result (see :func:`run_ppdg`) from :func:`ppdg_classes` parts whose class
+    ranges tile the attack's class list: exactly what the job over every class returns."""
+    measure, inv_steps, tune_steps, num_rounds = _ppdg_steps(params)
+    classes = _ppdg_classes_of(params)
+    parts = check_class_ranges(parts, len(classes), "ppdg")
+    results = [res for p in parts for res in p["results"]]
+    with_d = parts[0]["discriminator"]
     acc = ResultAccumulator(int(params["figure_resolution"]), params.get("center_crop"))
     round_metrics = []
     for r in range(num_rounds):
@@ -560,17 +624,14 @@ def run_ppdg(G: nn.Module, D: nn.Module | None, target_model: nn.Module, params:
         acc.rows.extend(res["rows"])
         if res["best"] is not None:
             acc.best[int(res["class"])] = (float(res["best"]["evalconf"]), res["best"]["image"])
-    w_dim = G.w_dim if hasattr(G, "w_dim") else 0
-    final_w = (torch.cat([res["final_w"] for res in results]) if results
-               else torch.zeros(0, 1, w_dim))
-    final_t = (torch.cat([res["final_targets"] for res in results]) if results
-               else torch.zeros(0, dtype=torch.long))
+    final_w = torch.cat([res["final_w"] for res in results])
+    final_t = torch.cat([res["final_targets"] for res in results])
     note = (f"PPDG measure={measure} rounds={num_rounds} steps={params['steps']} "
             f"inv_steps={inv_steps} tune_steps={tune_steps} "
             f"num_inv_points={params['num_inv_points']} tune_lr={params['tune_lr']} "
-            f"perceptual={type(perceptual).__name__} "
-            f"D-term={'on' if Dp is not None else 'off (no discriminator)'} "
-            f"classes={len(classes)} tf32_disabled={tf32_disabled()}")
+            f"perceptual={parts[0]['perceptual']} "
+            f"D-term={'on' if with_d else 'off (no discriminator)'} "
+            f"classes={len(classes)} precision={params.get('precision', 'fp32')}")
     return {"frame": acc.frame(), "best_images": acc.best_images(),
             "round_metrics": round_metrics, "final_w": final_w, "final_targets": final_t,
             "targets": classes, "note": note}

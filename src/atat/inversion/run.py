@@ -19,11 +19,12 @@ from torch import nn
 
 from atat import io
 from atat.downloads import sha256sum
+from atat.precision import DEFAULT_PRECISION, check_precision, tf32_active
 from atat.train import load_model
 
 from .core import target_classes
 from .evaluation import load_evaluation_model, load_face_network
-from .metrics import Evaluator, load_real_embeddings, save_real_embeddings
+from .metrics import Evaluator, load_real_embeddings, save_real_embeddings, summarize
 from .stylegan2 import Discriminator, Generator
 
 log = logging.getLogger(__name__)
@@ -123,6 +124,15 @@ def _checked_embeddings(path: str | Path, evaluation_path: str | Path,
     return cache
 
 
+def attack_class_list(attack: str, params: Mapping[str, Any]) -> list[int]:
+    """The classes of one inversion job in the order its class ranges count them
+    (atat.config.inversion_shards): PPA's and IF-GMI's own order, PPDG's ascending."""
+    classes = target_classes(params["targets"], int(params["n_classes"]),
+                             params.get("dataset_kind", ""), int(params["seed"]),
+                             first_k=(attack == "ifgmi"))
+    return sorted(set(classes)) if attack == "ppdg" else classes
+
+
 def run_inversion(*, attack: str, params: Mapping[str, Any], ids: Mapping[str, Any],
                   model_path: str | Path, generator_path: str | Path,
                   evaluation_path: str | Path, dataset_dir: str | Path,
@@ -132,9 +142,51 @@ def run_inversion(*, attack: str, params: Mapping[str, Any], ids: Mapping[str, A
                   resume_dir: str | Path | None = None, device: str = "cpu",
                   progress: bool = True, face_resolution: int | None = None,
                   real_embeddings: str | Path | None = None) -> dict[str, Any]:
-    """``real_embeddings``: a :func:`write_real_embeddings` file of the same networks (else
-    the private training images are embedded here)."""
+    """One inversion job over every class: :func:`invert_classes` then
+    :func:`merge_inversion`. ``real_embeddings``: a :func:`write_real_embeddings` file of the
+    same networks (else the private training images are embedded here)."""
+    part = invert_classes(attack=attack, params=params, model_path=model_path,
+                          generator_path=generator_path, evaluation_path=evaluation_path,
+                          dataset_dir=dataset_dir, face_path=face_path, faces=faces,
+                          perceptual=perceptual, resume_dir=resume_dir, device=device,
+                          progress=progress, face_resolution=face_resolution,
+                          real_embeddings=real_embeddings)
+    record = merge_inversion([part], attack=attack, params=params, ids=ids,
+                             out_per_image=out_per_image, out_metrics=out_metrics,
+                             out_images=out_images, out_latents=out_latents)
+    if resume_dir is not None:          # the job is complete: its per-batch progress is spent
+        shutil.rmtree(resume_dir, ignore_errors=True)
+    return record
+
+
+def invert_class_range(*, out_part: str | Path, resume_dir: str | Path | None = None,
+                       **kwargs: Any) -> dict[str, Any]:
+    """One class-range job (rule invert_shard): :func:`invert_classes` written atomically to
+    ``out_part`` for :func:`merge_inversion`; its resume state is removed once written."""
+    part = invert_classes(resume_dir=resume_dir, **kwargs)
+    io.torch_save(part, out_part)
+    if resume_dir is not None:
+        shutil.rmtree(resume_dir, ignore_errors=True)
+    return part
+
+
+def invert_classes(*, attack: str, params: Mapping[str, Any], model_path: str | Path,
+                   generator_path: str | Path, evaluation_path: str | Path,
+                   dataset_dir: str | Path, face_path: str | Path | None, faces: bool,
+                   perceptual: Mapping[str, Any] | None,
+                   class_range: tuple[int, int] | None = None,
+                   resume_dir: str | Path | None = None, device: str = "cpu",
+                   progress: bool = True, face_resolution: int | None = None,
+                   real_embeddings: str | Path | None = None) -> dict[str, Any]:
+    """The attack on the classes at positions ``class_range = (start, stop)`` of
+    :func:`attack_class_list` (None: every class), each computed exactly as in the job over
+    every class (the scorer holds every attacked class's real images either way). Returns
+    the attack's part (``ppa_classes`` / ``ifgmi_classes`` / ``ppdg_classes``) with what
+    :func:`merge_inversion` records: the model id, the scorer's real-image scale and face
+    note, the device, precision and seconds."""
     start = time.time()
+    precision = check_precision(params.get("precision", DEFAULT_PRECISION),
+                                "inversion.precision")
     model, defense, ckpt = load_model(model_path, device)
     target = TargetLogits(model, defense).eval()
     G = Generator.from_pickle(generator_path).to(device)
@@ -146,9 +198,8 @@ def run_inversion(*, attack: str, params: Mapping[str, Any], ids: Mapping[str, A
                          f"the dataset {params['n_classes']}")
     face_net = (load_face_network(face_path, device, face_resolution)
                 if (faces and face_path) else None)
-    classes = target_classes(params["targets"], int(params["n_classes"]),
-                             params.get("dataset_kind", ""), int(params["seed"]),
-                             first_k=(attack == "ifgmi"))
+    classes = attack_class_list(attack, params)
+    rng = (0, len(classes)) if class_range is None else tuple(int(v) for v in class_range)
     cache = (_checked_embeddings(real_embeddings, evaluation_path,
                                  face_path if face_net is not None else None)
              if real_embeddings is not None else None)
@@ -156,26 +207,28 @@ def run_inversion(*, attack: str, params: Mapping[str, Any], ids: Mapping[str, A
                        center_crop=params.get("center_crop"), classes=classes, device=device,
                        face_metric_note=None if faces else NOT_A_FACE_DATASET,
                        real_embeddings=cache)
-    log.info("%s on %s: %d target classes", attack, ckpt["model_id"], len(classes))
+    log.info("%s on %s: classes %d-%d of %d target classes (precision %s)", attack,
+             ckpt["model_id"], rng[0], rng[1], len(classes), precision)
     if resume_dir is not None:
         inputs = [model_path, generator_path, evaluation_path, face_path,
                   *(dict(perceptual or {}).values())]
-        if prepare_resume_dir(resume_dir, resume_fingerprint(params, inputs)):
+        stamp = dict(params) if class_range is None else {**params, "class_range": list(rng)}
+        if prepare_resume_dir(resume_dir, resume_fingerprint(stamp, inputs)):
             log.info("resuming from %s", resume_dir)
 
     if attack == "ppa":
-        from .ppa import run_ppa
+        from .ppa import ppa_classes
 
-        result = run_ppa(G, target, params, scorer, device=device, resume_dir=resume_dir,
-                         progress=progress)
+        part = ppa_classes(G, target, params, scorer, class_range=rng, device=device,
+                           resume_dir=resume_dir, progress=progress)
     elif attack == "ifgmi":
-        from .ifgmi import run_ifgmi
+        from .ifgmi import ifgmi_classes
 
-        result = run_ifgmi(G, target, params, scorer, device=device, resume_dir=resume_dir,
-                           progress=progress, log=log.info)
+        part = ifgmi_classes(G, target, params, scorer, class_range=rng, device=device,
+                             resume_dir=resume_dir, progress=progress, log=log.info)
     elif attack == "ppdg":
         from .perceptual import build_perceptual
-        from .ppdg import run_ppdg
+        from .ppdg import ppdg_classes
 
         perceptual = dict(perceptual or {})
         kind = params["perceptual"]
@@ -184,43 +237,82 @@ def run_inversion(*, attack: str, params: Mapping[str, Any], ids: Mapping[str, A
                                    lpips_weights=perceptual["lin"])
         else:
             net = build_perceptual(kind, module=load_face_network(perceptual["embedding"], device))
-        result = run_ppdg(G, _discriminator(generator_path), target, params, scorer,
-                          net.to(device), device=device, resume_dir=resume_dir,
-                          progress=progress, log=log.info)
+        part = ppdg_classes(G, _discriminator(generator_path), target, params, scorer,
+                            net.to(device), class_range=rng, device=device,
+                            resume_dir=resume_dir, progress=progress, log=log.info)
     else:
         raise ValueError(f"unknown inversion attack '{attack}' (known: ppa, ifgmi, ppdg)")
+    part.update(model_id=ckpt["model_id"], real_nn=scorer.real_nn_distances(),
+                face_metric_note=scorer.face_metric_note, device=str(device),
+                precision=precision, tf32_active=tf32_active(precision, device),
+                seconds=time.time() - start)
+    return part
 
+
+def merge_inversion(parts: list[Mapping[str, Any]], *, attack: str, params: Mapping[str, Any],
+                    ids: Mapping[str, Any], out_per_image: str | Path,
+                    out_metrics: str | Path, out_images: str | Path,
+                    out_latents: str | Path) -> dict[str, Any]:
+    """The outputs of one (model, attack) from :func:`invert_classes` parts whose class ranges
+    tile its classes (rule invert): the per-image table, the best image per class, the final
+    latents and the record (metrics last), the same bytes for any split into ranges (the
+    record's ``seconds``, summed over the parts, aside)."""
+    start = time.time()
+    if not parts:
+        raise ValueError(f"{out_metrics}: no parts to merge")
+    model_ids = {p["model_id"] for p in parts}
+    if len(model_ids) != 1:
+        raise ValueError(f"{out_metrics}: parts of different models {sorted(model_ids)}")
+    if attack == "ppa":
+        from .ppa import merge_ppa
+
+        result = merge_ppa(list(parts), params)
+    elif attack == "ifgmi":
+        from .ifgmi import merge_ifgmi
+
+        result = merge_ifgmi(list(parts), params, log=log.info)
+    elif attack == "ppdg":
+        from .ppdg import merge_ppdg
+
+        result = merge_ppdg(list(parts), params)
+    else:
+        raise ValueError(f"unknown inversion attack '{attack}' (known: ppa, ifgmi, ppdg)")
+    model_id = model_ids.pop()
+    first = min(parts, key=lambda p: tuple(p["class_range"]))
     frame: pd.DataFrame = result["frame"]
-    summary = scorer.summarize(frame)
+    summary = {**summarize(frame, first["face_metric_note"]), **first["real_nn"]}
     summary["n_images"] = int(len(frame))
-    summary["n_classes_attacked"] = len(classes)
+    summary["n_classes_attacked"] = len(attack_class_list(attack, params))
     summary["chance_attacc1"] = 1.0 / int(params["n_classes"])
     if "image_range_note" in summary:
-        log.warning("%s %s: %s", attack, ckpt["model_id"], summary["image_range_note"])
+        log.warning("%s %s: %s", attack, model_id, summary["image_range_note"])
     per_image = frame.copy()
     for i, col in enumerate(ID_COLUMNS):
         per_image.insert(i, col, ids[col])
     extras = {k: v for k, v in result.items()
               if k in ("best_stage", "stage_attacc1", "selection_note", "stage_summary",
                        "round_metrics", "avg_target_conf", "note")}
+    devices = sorted({str(p["device"]) for p in parts})
     record = {
         **dict(ids), "summary": _finite(summary), "details": _finite(extras),
-        "params": dict(params), "model_id": ckpt["model_id"], "seconds": time.time() - start,
-        "device": device, "torch": torch.__version__, "python": platform.python_version(),
+        "params": dict(params), "model_id": model_id,
+        "seconds": sum(float(p["seconds"]) for p in parts) + time.time() - start,
+        "device": devices[0] if len(devices) == 1 else devices,
+        "precision": first["precision"],
+        "tf32_active": any(bool(p["tf32_active"]) for p in parts),
+        "torch": torch.__version__, "python": platform.python_version(),
     }
     with io.atomic_path(out_per_image) as tmp:
         per_image.to_csv(tmp, index=False)
     io.torch_save(result["best_images"], out_images)
     io.torch_save({"w": result["final_w"], "targets": result["targets"]}, out_latents)
     io.write_json(out_metrics, record)
-    if resume_dir is not None:          # the job is complete: its per-batch progress is spent
-        shutil.rmtree(resume_dir, ignore_errors=True)
     log.info("%s %s: AttAcc@1 %.4f AttAcc@5 %.4f EvalConf %.4f δ_face %s δ_eval %.4f "
-             "(real-image nearest-neighbour δ_eval %.4f; chance %.4f, %d images, %.0f s)",
-             attack, ckpt["model_id"], summary["attacc1"], summary["attacc5"],
+             "(real-image nearest-neighbour δ_eval %.4f; chance %.4f, %d images, %d part(s), "
+             "%.0f s)", attack, model_id, summary["attacc1"], summary["attacc5"],
              summary["evalconf"], summary["dist_face"], summary["dist_eval"],
              summary.get("dist_eval_real_nn", math.nan), summary["chance_attacc1"],
-             len(frame), record["seconds"])
+             len(frame), len(parts), record["seconds"])
     return record
 
 
