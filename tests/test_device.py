@@ -127,3 +127,34 @@ def test_the_adapter_stops_a_cuda_job_without_a_gpu_in_seconds(tmp_path):
     good = subprocess.run([sys.executable, "-c", code, "cpu"], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=120)
     assert good.returncode == 0 and "DEVICE cpu" in good.stdout, good.stderr[-2000:]
+
+
+@pytest.mark.slow
+def test_a_gpu_rule_under_device_cuda_stops_in_seconds_through_snakemake(tmp_path):
+    """The paper config's `device: cuda` on the tiny config with CUDA hidden: rule train_model
+    fails at once with the message (no CPU training), once (no retry can help)."""
+    import time
+
+    overlay = tmp_path / "cuda.yaml"
+    overlay.write_text("device: cuda\n")
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": "", "OMP_NUM_THREADS": "1"}
+    prep = subprocess.run(
+        [sys.executable, "-m", "snakemake", "resources/datasets/synthfaces.dataset.json",
+         "-s", str(ROOT / "Snakefile"), "--directory", str(tmp_path), "--configfile",
+         str(ROOT / "config" / "demo.yaml"), str(ROOT / ".test" / "tiny" / "config.yaml"),
+         str(overlay), "--cores", "1"], env=env, capture_output=True, text=True, timeout=600)
+    assert prep.returncode == 0, prep.stderr[-3000:]  # a CPU rule: runs
+    start = time.monotonic()
+    proc = subprocess.run(
+        [sys.executable, "-m", "snakemake",
+         "results/models/synthfaces/resnet18/nodef/seed0/model.pt", "-s", str(ROOT / "Snakefile"),
+         "--directory", str(tmp_path), "--configfile", str(ROOT / "config" / "demo.yaml"),
+         str(ROOT / ".test" / "tiny" / "config.yaml"), str(overlay), "--cores", "1",
+         "--show-failed-logs"], env=env, capture_output=True, text=True, timeout=600)
+    seconds = time.monotonic() - start
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0
+    assert "DeviceError: device: cuda, but no usable GPU" in out, out[-3000:]
+    assert "torch.cuda.is_available() is False" in out and "TORCH_INDEX_URL" in out
+    assert " epoch 0" not in out  # not a single epoch on the CPU
+    assert seconds < 120, seconds
