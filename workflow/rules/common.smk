@@ -20,7 +20,6 @@ from atat.config import (  # noqa: E402
 from atat.config import inversion_params, inversion_shards  # noqa: E402
 from atat.config import dose_response_points, with_dose_response  # noqa: E402
 from atat.config import n_classes as _n_classes  # noqa: E402
-from atat.claims import load_plan as load_claims_plan  # noqa: E402
 from atat.config_memo import validate_config_once  # noqa: E402
 from atat.data.manifest import STAMP_SUFFIX  # noqa: E402
 from atat.data.manifest import stamp_path as _stamp_path  # noqa: E402
@@ -74,13 +73,6 @@ with open(REGRESSIONS_YAML) as _fh:
 # every name an entry of the registry refers to (atat.paper.check): a typo stops here
 try:
     check_paper_outputs(config, REGRESSIONS, REGRESSIONS_YAML)
-except ConfigError as exc:
-    raise WorkflowError(str(exc)) from None
-# the pre-registered analysis plan of the claims table (atat.claims.load_plan; an input of the
-# claims rule, so a change reruns it): a bad key or number stops here, before any job
-CLAIMS_PLAN = f"{workflow.basedir}/config/claims.yaml"
-try:
-    load_claims_plan(CLAIMS_PLAN)
 except ConfigError as exc:
     raise WorkflowError(str(exc)) from None
 
@@ -281,16 +273,6 @@ def claims_rule_inputs(wildcards):
     named = {k: v for k, v in found.items() if k != "hsic" and v is not None}
     named.update({f"hsic_{d}": f for d, f in found["hsic"].items()})
     return named
-
-
-def claims_inversion_records(wildcards):
-    """The inversion records (metrics.json) of every attacked model: the claims table compares
-    the analysis plan's time with the first of theirs (atat.claims.plan_status)."""
-    return [
-        t
-        for t in final_targets(PLAN, "inversion")
-        if t.startswith("results/inversion/") and t.endswith("/metrics.json")
-    ]
 
 
 def figure5_model_run():
@@ -564,145 +546,5 @@ def face_network_file(dataset):
     return facenet_file()  # the downloaded VGGFace2 InceptionResnetV1 state dict
 
 
-# ---- one output's own summary (rule output_summary; targeted rebuilds, issue 43)
-from atat.paper import SUMMARY_SELECTIONS, record_files, summary_attacks  # noqa: E402
-from atat.paper import output_summary_file, summary_selection  # noqa: E402
-from atat.summary import record_models  # noqa: E402
-
-#: attacks whose columns every summary has (atat.summary.build_summary)
-SUMMARY_ATTACKS = summary_attacks(PLAN)
-
-
-def output_summary_inputs(wildcards):
-    """The record files the output ``wildcards.entry`` reads (atat.paper.summary_selection)."""
-    return record_files(PLAN, summary_selection(PLAN, wildcards.entry))
-
-
-def output_summary_models(wildcards):
-    """atat.summary.build_summary's models of the output ``wildcards.entry``."""
-    return record_models(summary_selection(PLAN, wildcards.entry), config)
-
-
 onstart:
     check_datasets_before_jobs()
-
-
-# ---- runtime requests, the partition's limit and the GPU card (atat.job_cost; issue 43 item 3)
-# A GPU rule's runtime is its job's forecast (atat.job_cost, A100 estimates) x 1.5, not a flat
-# 48 h. `max_runtime_min` (the profile's config: entry, the GPU partition's MaxTime) refuses
-# here, before any job, every job of the config whose request exceeds it. `gpu_cards`
-# ("name=MB,...", the profile's config: entry) turns invert's GPU memory estimate into a card:
-# the smallest that fits, one size larger per earlier attempt that ran out of GPU memory.
-from atat.job_cost import GpuRates as _GpuRates  # noqa: E402
-from atat.job_cost import RuntimeLimitError as _RuntimeLimitError  # noqa: E402
-from atat.job_cost import check_runtime_limit as _check_runtime_limit  # noqa: E402
-from atat.job_cost import class_shards as _class_shards  # noqa: E402
-from atat.job_cost import job_cost_for as _job_cost_for  # noqa: E402
-from atat.job_cost import oom_attempts as _oom_attempts  # noqa: E402
-from atat.job_cost import parse_gpu_cards as _parse_gpu_cards  # noqa: E402
-from atat.job_cost import pick_gpu_card as _pick_gpu_card  # noqa: E402
-from atat.job_cost import runtime_request_min as _runtime_request_min  # noqa: E402
-
-GPU_RATES = _GpuRates()
-MAX_RUNTIME_MIN = config.get("max_runtime_min")
-try:
-    GPU_CARDS = _parse_gpu_cards(config.get("gpu_cards"))
-except ValueError as exc:
-    raise WorkflowError(f"invalid configuration: {exc}") from None
-
-
-def _request_min(rule, wildcards):
-    job = _job_cost_for(rule, dict(wildcards.items()), config)
-    return _runtime_request_min(GPU_RATES.seconds(job))
-
-
-def runtime_min(rule):
-    """The runtime resource of ``rule``'s jobs: minutes requested from the job's forecast."""
-
-    def request(wildcards, attempt=1):
-        minutes = _request_min(rule, wildcards)
-        if MAX_RUNTIME_MIN and minutes > int(MAX_RUNTIME_MIN):
-            raise WorkflowError(
-                f"{rule} {'/'.join(map(str, wildcards.values()))}: {minutes} min requested, "
-                f"over max_runtime_min = {MAX_RUNTIME_MIN}"
-            )
-        return minutes
-
-    return request
-
-
-def planned_gpu_requests():
-    """(rule, job name, requested minutes) of every GPU job of the config: its models'
-    training, AutoAttack and inversion (per shard), the evaluation models, the real-image
-    embeddings."""
-    out = []
-
-    def add(rule, wc):
-        out.append((rule, "/".join(map(str, wc.values())), _request_min(rule, _Wc(wc))))
-
-    for r in RUNS:
-        cell = dict(dataset=r.dataset, arch=r.architecture, defense=r.defense, seed=r.seed)
-        add("train_model", cell)
-        for e in [None] if AUTOATTACK_PER_MODEL else EPS:
-            add("autoattack", cell if e is None else {**cell, "eps": e})
-        for a in run_attacks(config, r) if INV_ATTACKS else []:
-            shards = _class_shards(config, r.dataset, r.architecture, r.defense, a)
-            if len(shards) == 1:
-                add("invert", {**cell, "attack": a})
-            for start, stop in shards if len(shards) > 1 else []:
-                add("invert_shard", {**cell, "attack": a, "start": start, "stop": stop})
-    for ds in sorted({r.dataset for r in RUNS}):
-        if config.get("evaluation_model"):
-            add("train_evaluation_model", dict(dataset=ds))
-        if INV_ATTACKS:
-            add("real_embeddings", dict(dataset=ds))
-    return out
-
-
-class _Wc(dict):
-    """A wildcards stand-in for planned_gpu_requests (items() as Snakemake's Wildcards)."""
-
-
-if MAX_RUNTIME_MIN:
-    try:
-        _check_runtime_limit(planned_gpu_requests(), int(MAX_RUNTIME_MIN))
-    except _RuntimeLimitError as exc:
-        raise WorkflowError(str(exc)) from None
-
-
-def _invert_gpu_card(wildcards):
-    """The card of an inversion job (gpu_cards), or None when the profile lists no cards:
-    the smallest card with the job's estimated GPU memory, one size larger per earlier
-    attempt whose log shows a CUDA out-of-memory error (never the same size again)."""
-    wc = dict(wildcards.items())
-    if not GPU_CARDS or (
-        "start" not in wc
-        and len(_class_shards(config, wc["dataset"], wc["arch"], wc["defense"], wc["attack"])) > 1
-    ):
-        return None  # no cards listed, or rule invert merging its shards' parts (no GPU)
-    log = Path(
-        "logs/inversion/{dataset}/{arch}/{defense}/seed{seed}/{attack}".format(**wc)
-        + ("/classes{start}-{stop}".format(**wc) if "start" in wc else "")
-        + ".attempts.log"
-    )
-    ooms = _oom_attempts(log.read_text(errors="replace")) if log.is_file() else 0
-    try:
-        return _pick_gpu_card(invert_gpu_mem_mb(wildcards), GPU_CARDS, ooms)
-    except ValueError as exc:
-        raise WorkflowError(f"invert {'/'.join(map(str, wc.values()))}: {exc} ({log})") from None
-
-
-def invert_gpu_model(wildcards, attempt=1):
-    """gpu_model of an inversion job (-> sbatch --gpus=<card>:1) when gpu_card_resource is
-    gpu_model (the default), else None."""
-    if config.get("gpu_card_resource", "gpu_model") != "gpu_model":
-        return None
-    return _invert_gpu_card(wildcards)
-
-
-def invert_gpu_constraint(wildcards, attempt=1):
-    """constraint of an inversion job (-> sbatch -C <card>) when gpu_card_resource is
-    constraint (clusters that name GPU sizes as node features), else None."""
-    if config.get("gpu_card_resource", "gpu_model") != "constraint":
-        return None
-    return _invert_gpu_card(wildcards)

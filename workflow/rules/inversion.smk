@@ -115,7 +115,7 @@ rule real_embeddings:
         # the paper's ~25k FaceScrub training images at 299 px through Inception-v3 and FaceNet
         # in batches of 64: a few GB; the features themselves ~0.3 GB
         mem_mb=16000,
-        runtime=runtime_min("real_embeddings"),
+        runtime=2 * 60,
     conda:
         "../../envs/torch.yaml"
     script:
@@ -161,11 +161,7 @@ rule invert:
         # PPDG's tuning on 5 points (~37 GiB) is below its optimisation batch. Not a standard
         # Snakemake resource: informative, or a cap with --resources gpu_mem_mb=N (global).
         gpu_mem_mb=invert_resource("gpu_mem_mb", invert_gpu_mem_mb),
-        # the card that holds gpu_mem_mb (profile's gpu_cards; larger after an OOM) and the
-        # runtime from the job's forecast (common.smk, atat.job_cost)
-        gpu_model=invert_gpu_model,
-        constraint=invert_gpu_constraint,
-        runtime=invert_resource("runtime", runtime_min("invert")),
+        runtime=invert_resource("runtime", 24 * 60),
     conda:
         "../../envs/torch.yaml"
     script:
@@ -206,9 +202,7 @@ rule invert_shard:
         gpu=1,
         mem_mb=48000,  # as rule invert
         gpu_mem_mb=invert_gpu_mem_mb,
-        gpu_model=invert_gpu_model,  # as rule invert
-        constraint=invert_gpu_constraint,
-        runtime=runtime_min("invert_shard"),
+        runtime=24 * 60,
     conda:
         "../../envs/torch.yaml"
     script:
@@ -272,10 +266,10 @@ rule figure_reconstructions:
         "../scripts/figure_reconstructions.py"
 
 
-# --- paper §3: Table 2 (rote memorisation) and Table 3 (Unseen-Pixels), each from its summary ---
+# --- paper §3: Table 2 (rote memorisation) and Table 3 (Unseen-Pixels), from summary.csv ---
 rule table2:
     input:
-        summary=output_summary_file("table2"),
+        summary="results/summary.csv",
     output:
         report(
             "results/tables/table2.csv",
@@ -305,7 +299,7 @@ rule table2:
 
 rule table3:
     input:
-        summary=output_summary_file("table3"),
+        summary="results/summary.csv",
     output:
         report(
             "results/tables/table3.csv",
