@@ -9,6 +9,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import io
+import json
 import logging
 import os
 import runpy
@@ -29,7 +30,7 @@ import yaml
 from PIL import Image
 
 from atat.data import prepare as P
-from atat.data.manifest import read_dataset, split_indices
+from atat.data.manifest import STAMP_SUFFIX, read_dataset, split_indices
 from atat.data.builders import stanford_dogs
 from atat.fetch import ChecksumError, transports
 
@@ -692,19 +693,11 @@ def test_truncated_download_rejected(tmp_path, server, monkeypatch):
 # --------------------------------------------------------------------------------------
 # Snakemake adapter
 # --------------------------------------------------------------------------------------
-def test_adapter_script(tmp_path, no_network, monkeypatch):
-    raw = tmp_path / "raw"
-    make_dogs(raw)
-    out = tmp_path / "ds" / "stanford_dogs"
-    sm = types.SimpleNamespace(
-        params=types.SimpleNamespace(source="stanford_dogs", raw_dir=str(raw), split_seed=42, n_classes=3,
-                                     offline=True, lock_file=str(tmp_path / "lock.yaml")),
-        output=[str(out)], log=[str(tmp_path / "prepare.log")], threads=1)
-    monkeypatch.syspath_prepend(str(ROOT / "workflow" / "scripts"))
+def _run_adapter(script: str, sm: types.SimpleNamespace) -> None:
     root_logger = logging.getLogger()
     saved = (sys.stderr, root_logger.handlers[:], root_logger.level)
     try:
-        runpy.run_path(str(ROOT / "workflow" / "scripts" / "prepare_dataset.py"),
+        runpy.run_path(str(ROOT / "workflow" / "scripts" / script),
                        init_globals={"snakemake": sm}, run_name="__main__")
     finally:
         if sys.stderr is not saved[0]:
@@ -712,6 +705,75 @@ def test_adapter_script(tmp_path, no_network, monkeypatch):
         sys.stderr = saved[0]
         root_logger.handlers[:] = saved[1]
         root_logger.setLevel(saved[2])
+
+
+def test_adapter_script(tmp_path, no_network, monkeypatch):
+    """The two adapters as the rules run them: fetch_dataset (login node) writes the record,
+    prepare_dataset (compute node) builds from it and writes the dataset's stamp."""
+    raw = tmp_path / "raw"
+    make_dogs(raw)
+    out = tmp_path / "ds" / "stanford_dogs"
+    from snakemake.iocontainers import Namedlist
+
+    lock, record = str(tmp_path / "lock.yaml"), tmp_path / "stanford_dogs.fetched.json"
+    monkeypatch.syspath_prepend(str(ROOT / "workflow" / "scripts"))
+    _run_adapter("fetch_dataset.py", types.SimpleNamespace(
+        params=types.SimpleNamespace(source="stanford_dogs", raw_dir=str(raw), offline=True,
+                                     lock_file=lock),
+        output=[str(record)], log=[str(tmp_path / "fetch.log")], threads=1))
+    assert json.loads(record.read_text())["source"] == "stanford_dogs"
+    _run_adapter("prepare_dataset.py", types.SimpleNamespace(
+        params=types.SimpleNamespace(source="stanford_dogs", raw_dir=str(raw), split_seed=42,
+                                     n_classes=3, offline=True, lock_file=lock),
+        input=Namedlist(fromdict={"fetched": str(record)}),
+        output=Namedlist(fromdict={"folder": str(out), "stamp": str(out) + STAMP_SUFFIX}),
+        log=[str(tmp_path / "prepare.log")], threads=1))
     df, meta = read_dataset(out / "private")
     assert len(df) == 7 and meta["n_classes"] == 3
-    assert "verified" in (tmp_path / "prepare.log").read_text()
+    assert Path(str(out) + STAMP_SUFFIX).is_file()
+    assert "verified" in (tmp_path / "fetch.log").read_text()
+
+
+# --------------------------------------------------------------------------------------
+# fetch on the login node, build on a compute node (rules fetch_dataset, prepare_dataset)
+# --------------------------------------------------------------------------------------
+def test_fetch_record_then_build_from_the_recorded_files(tmp_path, no_network):
+    raw, lock = tmp_path / "raw", tmp_path / "lock.yaml"
+    raw.mkdir()
+    make_facescrub_zip(raw / "facescrub-full.zip")
+    record = tmp_path / "facescrub.fetched.json"
+    rec = P.fetch_raw_record("facescrub", raw, record, offline=True, lock_file=lock)
+    blob = (raw / "facescrub-full.zip").read_bytes()
+    entry = rec["files"]["facescrub-full.zip"]
+    assert entry["sha256"] == hashlib.sha256(blob).hexdigest() and entry["size"] == len(blob)
+    assert entry["unrecorded"]["downloaded"] is False  # placed by hand
+    assert json.loads(record.read_text()) == rec
+    assert not P.load_lock(lock)  # nothing recorded before a dataset is built from the file
+    # the fetch job downloaded it (the record says so): the lock entry names the download
+    rec["files"]["facescrub-full.zip"]["unrecorded"]["downloaded"] = True
+    record.write_text(json.dumps(rec))
+    out = tmp_path / "ds" / "facescrub"
+    P.prepare_dataset("facescrub", raw_dir=raw, out_dir=out, n_classes=6, offline=True,
+                      lock_file=lock, fetched=record)
+    assert (out / "private" / "manifest.csv").is_file()
+    assert "first download" in P.load_lock(lock)["facescrub/facescrub-full.zip"]["recorded"]
+
+
+def test_build_refuses_a_raw_file_changed_after_the_fetch(tmp_path, no_network):
+    raw, lock = tmp_path / "raw", tmp_path / "lock.yaml"
+    raw.mkdir()
+    make_facescrub_zip(raw / "facescrub-full.zip")
+    record = tmp_path / "facescrub.fetched.json"
+    P.fetch_raw_record("facescrub", raw, record, offline=True, lock_file=lock)
+    make_facescrub_zip(raw / "facescrub-full.zip", extra={"actor_faces/Zed Extra/z_1.jpg":
+                                                          _img_bytes(99, "JPEG")})
+    out = tmp_path / "ds" / "facescrub"
+    with pytest.raises(P.RawDataError, match=r"facescrub-full\.zip is not the file the fetch job"):
+        P.prepare_dataset("facescrub", raw_dir=raw, out_dir=out, offline=True, lock_file=lock,
+                          fetched=record)
+    assert not out.exists() and not P.load_lock(lock)
+    other = tmp_path / "celeba.fetched.json"
+    other.write_text(json.dumps({"source": "celeba", "files": {}}))
+    with pytest.raises(P.RawDataError, match="records source 'celeba', not 'facescrub'"):
+        P.prepare_dataset("facescrub", raw_dir=raw, out_dir=out, offline=True, lock_file=lock,
+                          fetched=other)

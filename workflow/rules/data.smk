@@ -1,9 +1,9 @@
 # Stage 1: datasets in the one on-disk format (manifest.csv + meta.json + images), under
 # <resources_dir>/datasets/<name>/{private,public}.
 
-# Offline, a download or preparation job can only fail the same way again (a file missing
-# or wrong): it fails once, at once, with its message. Online a download is retried 3 times;
-# prepare_dataset then keeps the profile's / command line's --retries (None).
+# Offline, a download job can only fail the same way again (a file missing or wrong): it
+# fails once, at once, with its message. Online a download is retried 3 times. prepare_dataset
+# keeps the profile's / command line's --retries.
 OFFLINE = bool(config.get("offline", False))
 DOWNLOAD_RETRIES = 0 if OFFLINE else 3
 
@@ -142,9 +142,39 @@ rule lpips_weights:
         "../scripts/download_inversion_weights.py"
 
 
+# Real datasets (FaceScrub, CelebA, Stanford Dogs) in two halves. fetch_dataset needs the
+# network and little else: a local rule (the login node) that downloads the raw files (or
+# verifies those placed by hand under <resources_dir>/raw/<source>/ when offline) and records
+# their checksums. prepare_dataset is the heavy half (extract, crop, split: ~90k images, hours
+# on 4 cores): a cluster job that never opens a socket and builds from the recorded files.
+rule fetch_dataset:
+    output:
+        f"{RES}/raw/{{source}}.fetched.json",
+    wildcard_constraints:
+        source=_alt(sorted({config["datasets"][d]["source"] for d in REAL})),
+    params:
+        source="{source}",
+        raw_dir=f"{RES}/raw/{{source}}",
+        offline=config.get("offline", False),
+    log:
+        "logs/data/fetch_{source}.log",
+    benchmark:
+        "benchmarks/data/fetch_{source}.tsv"
+    localrule: True
+    retries: DOWNLOAD_RETRIES
+    threads: 1
+    resources:
+        mem_mb=2000,
+        runtime=6 * 60,  # a CelebA or FaceScrub archive of several GB
+    conda:
+        "../../envs/torch.yaml"
+    script:
+        "../scripts/fetch_dataset.py"
+
+
 rule prepare_dataset:
-    # Real datasets (FaceScrub, CelebA, Stanford Dogs): download (or use files placed by hand
-    # under <resources_dir>/raw/<source>/ when offline), verify, extract, crop, split.
+    input:
+        fetched=lambda wc: f"{RES}/raw/{config['datasets'][wc.dataset]['source']}.fetched.json",
     output:
         folder=directory(f"{RES}/datasets/{{dataset}}"),
         stamp=f"{RES}/datasets/{{dataset}}{STAMP_SUFFIX}",
@@ -155,13 +185,11 @@ rule prepare_dataset:
         raw_dir=lambda wc: f"{RES}/raw/{config['datasets'][wc.dataset]['source']}",
         split_seed=config["split_seed"],
         n_classes=lambda wc: config["datasets"][wc.dataset]["n_classes"],
-        offline=config.get("offline", False),
+        offline=True,  # the files are in place (fetch_dataset): never the network
     log:
         "logs/data/prepare_{dataset}.log",
     benchmark:
         "benchmarks/data/prepare_{dataset}.tsv"
-    localrule: True
-    retries: 0 if OFFLINE else None
     threads: 4
     resources:
         mem_mb=8000,

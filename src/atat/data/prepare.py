@@ -53,7 +53,7 @@ from atat.data.builders.stanford_dogs import STANFORD_DOGS_BASE_URL, STANFORD_DO
 from atat.data.manifest import split_indices, write_dataset
 from atat.fetch import (DEFAULT_LOCK_FILE, ChecksumError, DownloadError, OfflineMissingFileError,
                         load_lock, obtain, record_first_checksum)
-from atat.io import install_dir
+from atat.io import install_dir, read_json, write_json
 
 log = logging.getLogger(__name__)
 
@@ -72,6 +72,7 @@ __all__ = [
     "STANFORD_DOGS_LISTS_SHA256",
     "UnsafeArchiveError",
     "fetch_raw",
+    "fetch_raw_record",
     "load_lock",
     "prepare_dataset",
     "raw_files",
@@ -131,6 +132,42 @@ def fetch_raw(source: str, raw_dir: str | os.PathLike[str], offline: bool = Fals
     return out
 
 
+def fetch_raw_record(source: str, raw_dir: str | os.PathLike[str],
+                     record: str | os.PathLike[str], offline: bool = False, *,
+                     lock_file: str | os.PathLike[str] | None = None) -> dict[str, Any]:
+    """The half of a dataset that needs the network (rule ``fetch_dataset``, on the login
+    node): :func:`fetch_raw`, then ``record`` (JSON, written atomically) names every raw file
+    with the sha256 and size it had, and for a file the lock file does not know yet whether
+    it was downloaded. :func:`prepare_dataset` given ``fetched=record`` (rule
+    ``prepare_dataset``, a compute job without network) builds from exactly these files."""
+    files = fetch_raw(source, raw_dir, offline, lock_file=lock_file)
+    rec = {"source": source, "raw_dir": str(Path(raw_dir).absolute()),
+           "files": {name: {"sha256": v["sha256"], "size": v["size"],
+                            "unrecorded": v["unrecorded"]} for name, v in files.items()}}
+    write_json(record, rec)
+    return rec
+
+
+def _match_fetch_record(source: str, files: dict[str, dict[str, Any]],
+                        fetched: Path) -> None:
+    """Check the raw files seen now against the fetch job's ``fetched`` record (the same
+    content); a file the lock file does not know keeps the record's download origin."""
+    rec = read_json(fetched, advice="delete it and rerun: the fetch job writes it again")
+    if rec.get("source") != source:
+        raise RawDataError(f"{fetched} records source {rec.get('source')!r}, not {source!r}")
+    for name, info in files.items():
+        seen = (rec.get("files") or {}).get(name)
+        if seen is None or (seen.get("sha256"), seen.get("size")) != (info["sha256"], info["size"]):
+            was = ("no entry" if seen is None
+                   else f"sha256 {seen.get('sha256')}, {seen.get('size')} bytes")
+            raise RawDataError(
+                f"{info['path']} is not the file the fetch job verified ({fetched}: {was}; now "
+                f"sha256 {info['sha256']}, {info['size']} bytes): it changed after the download. "
+                f"Delete {fetched} and rerun; the fetch job verifies the file again.")
+        if info.get("unrecorded") and seen.get("unrecorded"):
+            info["unrecorded"]["downloaded"] = bool(seen["unrecorded"].get("downloaded"))
+
+
 def _record_new_files(lock_file: Path, files: Mapping[str, Mapping[str, Any]]) -> None:
     """Record the sha256/size of the raw files the lock file did not know (after the build)."""
     for info in files.values():
@@ -150,6 +187,7 @@ def prepare_dataset(
     lock_file: str | os.PathLike[str] | None = None,
     workers: int = 1,
     overwrite: bool = False,
+    fetched: str | os.PathLike[str] | None = None,
 ) -> dict:
     """Fetch/verify the raw files of ``source`` and build the dataset at ``out_dir/private``.
 
@@ -157,8 +195,9 @@ def prepare_dataset(
     no check); CelebA -- how many most frequent identities to keep (default 1000).
     ``lock_file`` defaults to the repository's ``data/checksums.lock.yaml``.  ``out_dir`` is
     assembled in a temporary sibling directory and renamed into place only when complete;
-    it must not exist (or be empty) unless ``overwrite``.  Returns ``{"out_dir", "private":
-    meta, "raw_files": {name: {"sha256", "size"}}}``.
+    it must not exist (or be empty) unless ``overwrite``.  ``fetched``: the record of
+    :func:`fetch_raw_record`; the raw files must be the ones it names (same sha256).
+    Returns ``{"out_dir", "private": meta, "raw_files": {name: {"sha256", "size"}}}``.
     """
     if source not in SOURCES:
         raise ValueError(f"unknown dataset source {source!r}; expected one of {SOURCES}")
@@ -170,6 +209,8 @@ def prepare_dataset(
         raise FileExistsError(f"{out} exists and is not empty (pass overwrite=True)")
     lock_file = Path(lock_file) if lock_file is not None else DEFAULT_LOCK_FILE
     files = fetch_raw(source, raw, offline, lock_file=lock_file)
+    if fetched is not None:
+        _match_fetch_record(source, files, Path(fetched))
 
     out.parent.mkdir(parents=True, exist_ok=True)
     for stale in out.parent.glob(f".{out.name}.tmp-*"):  # left by an interrupted earlier run
