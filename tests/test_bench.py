@@ -235,3 +235,15 @@ def test_quick_inversion_speedups(tmp_path):
         assert float(r["project_s"]) > 0 and float(r["reference_s"]) > 0
         assert float(r["ratio"]) > 0
     assert "features identical: True" in rows["real embeddings cached"]["note"]
+
+
+def test_quick_prior_fir_line_times_both_paths_and_restores_the_switch(tmp_path):
+    import atat.inversion.stylegan2 as sg
+
+    out = tmp_path / "bench.csv"
+    assert bench.main(["--quick", "--only", "prior_fir", "--out", str(out),
+                       "--cache", str(tmp_path / "cache")]) == 0
+    (row,) = list(csv.DictReader(out.open()))
+    assert row["component"] == "prior_fir" and row["variant"] == "direct FIR path"
+    assert float(row["project_s"]) > 0 and float(row["reference_s"]) > 0
+    assert sg.DIRECT_FIR is True

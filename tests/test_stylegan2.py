@@ -447,3 +447,46 @@ def test_train_small_generator_runs_and_writes_loadable_pickle(tmp_path):
     res2 = train_small_generator(None, resolution=16, steps=2, batch_size=4, z_dim=8, w_dim=8,
                                  channel_base=64, channel_max=8, images=imgs, seed=1)
     assert len(res2["history"]["loss_D"]) == 2
+
+
+@pytest.mark.parametrize("channels,size,pad,down", [(3, 16, 1, 1), (8, 9, 2, 1), (16, 32, 1, 2),
+                                                    (5, 8, 2, 2), (32, 4, 1, 2)])
+def test_direct_fir_path_is_bit_identical_to_pad_then_convolve(monkeypatch, channels, size, pad,
+                                                               down):
+    """upfirdn2d's direct path (padding and stride inside the depthwise convolution) gives the
+    same bits as the general path (F.pad, stride-1 convolution, slicing), forward and backward."""
+    import atat.inversion.stylegan2 as sg
+
+    f = sg.setup_filter([1, 3, 3, 1])
+    g = torch.Generator().manual_seed(size * channels + pad)
+    x = torch.randn(2, channels, size, size, generator=g)
+    grad = None
+    outs = []
+    for direct in (True, False):
+        monkeypatch.setattr(sg, "DIRECT_FIR", direct)
+        xi = x.clone().requires_grad_(True)
+        y = sg.upfirdn2d(xi, f, down=down, padding=(pad, pad, pad, pad), gain=1.5)
+        if grad is None:
+            grad = torch.randn(y.shape, generator=g)
+        y.backward(grad)
+        outs.append((y.detach(), xi.grad))
+    assert torch.equal(outs[0][0], outs[1][0]) and torch.equal(outs[0][1], outs[1][1])
+
+
+def test_direct_fir_path_trains_the_prior_bit_identically(monkeypatch):
+    """Six steps of the prior's training (G, D, lazy R1, EMA) end in the same bits on both
+    FIR paths: the direct path is a speed-up, not a change of the results."""
+    import atat.inversion.stylegan2 as sg
+
+    images = torch.rand(16, 3, 16, 16, generator=torch.Generator().manual_seed(1)) * 2 - 1
+    states = []
+    for direct in (True, False):
+        monkeypatch.setattr(sg, "DIRECT_FIR", direct)
+        res = sg.train_small_generator(None, resolution=16, steps=6, batch_size=4, z_dim=8,
+                                       w_dim=8, channel_base=64, channel_max=16, r1_interval=2,
+                                       seed=3, images=images, log_every=0)
+        states.append({f"{k}.{n}": t.detach().clone() for k in ("G", "D", "G_ema")
+                       for n, t in res[k].state_dict().items()})
+    assert states[0].keys() == states[1].keys()
+    differ = [n for n in states[0] if not torch.equal(states[0][n], states[1][n])]
+    assert not differ, f"parameters differ between the FIR paths: {differ[:5]}"

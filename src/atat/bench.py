@@ -61,7 +61,7 @@ from atat.config import defense_params
 
 ROOT = Path(__file__).resolve().parents[2]
 COMPONENTS = ("train_step", "train_job", "autoattack", "autoattack_layout", "inversion",
-              "inversion_speedups", "dry_run")
+              "inversion_speedups", "prior_fir", "dry_run")
 
 
 @dataclasses.dataclass
@@ -649,6 +649,43 @@ def inversion_networks(cfg: Mapping[str, Any], seed: int = 0) -> dict[str, nn.Mo
             "evaluation": evaluation, "face": face, "perceptual": perceptual}
 
 
+def bench_prior_fir(cfg: Mapping[str, Any], *, steps: int = 10, repeats: int = 3) -> list[Row]:
+    """The prior's training steps (the demo's ``generators.<name>.train`` shapes, random images)
+    on upfirdn2d's direct FIR path against the general path it replaces (F.pad + stride-1
+    depthwise convolution + slicing; ``atat.inversion.stylegan2.DIRECT_FIR``), interleaved in
+    this process. Both paths give the same bits (tests/test_stylegan2.py), so the ratio is a
+    pure speed-up of the ``train_generator`` jobs."""
+    import inspect
+
+    import atat.inversion.stylegan2 as sg
+
+    ds = cfg["datasets"]["synthfaces"]
+    res = int(ds["resolution"])
+    gen_cfg = cfg["generators"][ds["generator"]]["train"]
+    accepted = set(inspect.signature(sg.train_small_generator).parameters) - {"steps",
+                                                                              "resolution"}
+    settings = {k: v for k, v in gen_cfg.items() if k in accepted}
+    bs = int(settings.get("batch_size", 16))
+    images = torch.rand(4 * bs, 3, res, res, generator=torch.Generator().manual_seed(0)) * 2 - 1
+
+    def run(direct: bool) -> Callable[[], Any]:
+        def go() -> None:
+            old, sg.DIRECT_FIR = sg.DIRECT_FIR, direct
+            try:
+                sg.train_small_generator(None, resolution=res, steps=steps, images=images,
+                                         **settings)
+            finally:
+                sg.DIRECT_FIR = old
+        return go
+
+    run(True)()  # warm-up (allocator, kernels)
+    tp, tr = interleaved(run(True), run(False), repeats)
+    return [_summary("prior_fir", "direct FIR path", tp, tr, per=steps, goal=">= 1.00",
+                     ratio_def="general-path time / direct-path time (same bits)",
+                     unit="prior training step (demo shapes)",
+                     note=f"{steps} steps x {repeats} repeats, batch {bs}, {res} px")]
+
+
 def quick_inversion_params(params: Mapping[str, Any]) -> dict[str, Any]:
     """The attack's params cut to a few steps and latents (``--quick``: does it run)."""
     p = copy.deepcopy(dict(params))
@@ -1010,6 +1047,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if "inversion_speedups" in only:
         rows += bench_inversion_speedups(cfg, cache, n_classes=1 if args.quick else 4,
                                          repeats=1 if args.quick else 3, quick=args.quick)
+    if "prior_fir" in only:
+        rows += bench_prior_fir(cfg, steps=2 if args.quick else 10,
+                                repeats=1 if args.quick else args.repeats)
     if "dry_run" in only:
         rows += bench_dry_run(repeats=1 if args.quick else 3)
     meta = {"date": time.strftime("%Y-%m-%d"), "threads": args.threads, "quick": args.quick,
