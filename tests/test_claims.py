@@ -3,7 +3,10 @@ claim holds (or fails) by construction, and the claims rule's inputs under the d
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
+import re
 from pathlib import Path
 
 import numpy as np
@@ -11,8 +14,9 @@ import pandas as pd
 import pytest
 import yaml
 
-from atat.claims import VERDICTS, claims_table, directional, no_effect, rate_difference
-from atat.config import load_config, model_runs
+from atat import claims as C
+from atat.claims import VERDICTS, claims_table, rate_difference
+from atat.config import ConfigError, load_config, model_runs
 from atat.paper import Plan, claims_inputs, final_targets
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -44,13 +48,13 @@ def _write(tmp: Path, cells: dict, demo: dict, *, causal_gap: float = 0.5) -> di
                                   "correct_top5": correct[i],
                                   "dist_face": dist + rng.normal(0, 0.02)})
         summary.append({**CELL, "defense": d, "defense_type": demo["defenses"][d]["type"],
-                        "seed": 0, "test_acc": acc, "treatment": np.nan,
+                        "seed": 0, "test_acc": acc, "n_test": 1000, "treatment": np.nan,
                         "ppa_attacc1": rate, "ppa_n_images": 100})
     for k in range(10):     # the causal replicates: AT-AT lowers AttAcc@1 by causal_gap
         t = k % 2
         summary.append({**CELL, "defense": "atat" if t else "nodef", "defense_type":
                         "atat" if t else "nodef", "seed": 100 + k, "test_acc": 0.7,
-                        "treatment": t, "replicate": k,
+                        "n_test": 1000, "treatment": t, "replicate": k,
                         "ppa_attacc1": 0.6 - causal_gap * t + 0.01 * (k % 3),
                         "ppa_n_images": 100, "ppa_dist_face": 0.5 + 0.2 * t + 0.01 * k})
     pd.DataFrame(per_image).to_csv(tmp / "per_image.csv", index=False)
@@ -62,21 +66,30 @@ def _write(tmp: Path, cells: dict, demo: dict, *, causal_gap: float = 0.5) -> di
             f"layer{j}": list(h + rng.normal(0, 0.05, 30)) for j in range(4)}}}))
         hsic[d] = path
     tidy = []
-    for table, attack, sample, slope in (("T15", "ppa", "generic", (0.2, 0.8)),
-                                         ("T18", "ifgmi", "generic", (0.1, 0.9)),
-                                         ("T16", "ppa", "gradient", (-0.3, 0.6)),
-                                         ("T19", "ifgmi", "gradient", (-0.2, 0.7))):
-        for eps in ("0.0025", "0.0005", "1e-05"):
+    # slopes of the paper's size where the claim holds (theta_P = 1/gamma, config/claims.yaml),
+    # none where it does not (gradient-suppressing defenses); standard error a quarter of it
+    theta = {"0.0025": 3.226, "0.0005": 0.1852, "1e-05": 1.099}
+    for table, attack, sample in (("T15", "ppa", "generic"), ("T18", "ifgmi", "generic"),
+                                  ("T16", "ppa", "gradient"), ("T19", "ifgmi", "gradient")):
+        for eps, th in theta.items():
+            est, se = (th, th / 4) if sample == "generic" else (0.0, th / 20)
             tidy.append({"spec": f"{table}_{attack}_{sample}_eps{eps}_ols", "status": "ok",
-                         "term": f"robust_acc_eps{eps}", "estimate": sum(slope) / 2,
-                         "ci_low": slope[0], "ci_high": slope[1], "r2": 0.8, "n": 18})
+                         "term": f"robust_acc_eps{eps}", "estimate": est, "se": se,
+                         "df_resid": 15, "ci_low": est - 2.13 * se, "ci_high": est + 2.13 * se,
+                         "r2": 0.8, "n": 18})
         tidy.append({"spec": f"{table}_{attack}_{sample}_joint_ols", "status": "ok",
-                     "term": "test_acc", "estimate": 0.1, "ci_low": -0.2, "ci_high": 0.4,
-                     "r2": 0.93, "n": 18})
+                     "term": "test_acc", "estimate": 0.1, "se": 0.15, "df_resid": 13,
+                     "ci_low": -0.2, "ci_high": 0.4, "r2": 0.93, "n": 18})
     pd.DataFrame(tidy).to_csv(tmp / "regressions.csv", index=False)
+    # the Beta slopes: of the paper's size at mean leakage 0.4 (theta = 1/(gamma 0.24)) at eps
+    # 0.0025 and 1e-5; at 0.0005 an interval holding 0 (its gamma interval is unbounded)
+    mu = 0.4
+    beta = [1 / (0.31 * mu * (1 - mu)), 0.3, 1 / (0.91 * mu * (1 - mu))]
     pd.DataFrame({"term": ["robust_acc_eps0.0025", "robust_acc_eps0.0005",
                            "robust_acc_eps1e-05"], "gamma": [0.3, 5.0, 0.9],
-                  "ci_low": [0.2, -np.inf, 0.5], "ci_high": [0.5, np.inf, 1.9]}
+                  "ci_low": [0.2, -np.inf, 0.5], "ci_high": [0.5, np.inf, 1.9],
+                  "beta": beta, "beta_ci_low": [beta[0] / 2, -0.5, beta[2] / 2],
+                  "beta_ci_high": [beta[0] * 1.5, 1.1, beta[2] * 1.5], "mu_bar": mu}
                  ).to_csv(tmp / "cost.csv", index=False)
     pd.DataFrame({"experiment": ["AT-AT", "permuted labels", "Unseen-Pixels"],
                   "model": [f"synthfaces/resnet18/{d}/seed0"
@@ -96,23 +109,26 @@ def demo():  # with the demo's designed dose-response sweep (cut from config/dem
     return load_config(PAPER, DEMO, ROOT / "tests" / "data" / "demo_dose_response.yaml")
 
 
-def test_claims_that_hold_by_construction_are_supported_or_consistent(tmp_path, demo):
+def test_claims_that_hold_by_construction_are_supported(tmp_path, demo):
     files = _write(tmp_path, HOLDS, demo)
     t = claims_table(demo, **files).set_index("claim")
     assert set(t["verdict"]) <= set(VERDICTS)
     v = t["verdict"].to_dict()
-    for claim in ("hsic_bido_star", "permuted_permuted", "tradeoff_ppa", "tradeoff_ifgmi",
+    for claim in ("hsic_bido", "hsic_tldmi", "hsic_negls", "hsic_bido_star",
+                  "permuted_permuted", "unseen_pixels_unseen_pixels", "tradeoff_ppa",
+                  "tradeoff_ifgmi", "clean_acc_ppa", "tradeoff_gradient",
                   "cost_robust_acc_eps0.0025", "cost_robust_acc_eps1e-05", "causal_atat",
                   "atat_ppa", "atat_ifgmi", "dose_response"):
         assert v[claim] == "supported", (claim, t.loc[claim, "run"], t.loc[claim, "basis"])
-    # claims of no effect are never more than consistent; an unbounded gamma interval is
-    # consistent, not supported
-    for claim in ("hsic_bido", "hsic_tldmi", "hsic_negls", "unseen_pixels_unseen_pixels",
-                  "clean_acc_ppa", "tradeoff_gradient", "cost_robust_acc_eps0.0005"):
-        assert v[claim] == "consistent", (claim, t.loc[claim, "run"])
+    # the Beta slope's interval holds 0 and half the paper's: too weak, with its mde
+    assert v["cost_robust_acc_eps0.0005"] == "too weak to say"
+    assert float(t.loc["cost_robust_acc_eps0.0005", "mde"]) > 0
     assert "84% -> 6.5%" in t.loc["causal_atat", "paper"]
+    assert "theta_P -4.343" in t.loc["causal_atat", "threshold"]
+    assert "Delta 0.1" in t.loc["unseen_pixels_unseen_pixels", "threshold"]
     md = files["outputs"][1].read_text()
     assert md.startswith("The paper's claims against this run") and "supported" in md
+    assert "consistent" not in md
 
 
 def test_claims_the_run_contradicts_say_so(tmp_path, demo):
@@ -171,6 +187,7 @@ def _add_cell(files: dict, demo: dict, dataset: str, architecture: str, cells: d
                              "correct_top5": int(i < rate * 100), "dist_face": 0.5})
         models.append({"dataset": dataset, "architecture": architecture, "defense": d,
                        "defense_type": demo["defenses"][d]["type"], "seed": 0, "test_acc": acc,
+                       "n_test": 1000,
                        "treatment": np.nan, "ppa_attacc1": rate, "ppa_n_images": 100})
     pd.concat([per_image, pd.DataFrame(rows)]).to_csv(files["per_image_csv"], index=False)
     pd.concat([summary, pd.DataFrame(models)]).to_csv(files["summary_csv"], index=False)
@@ -198,14 +215,275 @@ def test_every_cell_with_atat_gets_its_own_section6_claims(tmp_path, demo):
 
 
 def test_verdict_rules():
-    assert directional(0.3, 0.1, 0.5, +1) == "supported"
-    assert directional(0.3, -0.1, 0.5, +1) == "consistent"
-    assert directional(-0.3, -0.5, 0.1, +1) == "inconclusive"
-    assert directional(-0.3, -0.5, -0.1, +1) == "contradicted"
-    assert no_effect(-0.5, -0.1, forbidden=-1) == "contradicted"
-    assert no_effect(-0.5, 0.1, forbidden=-1) == "consistent"
-    est, lo, hi = rate_difference(0.6, 100, 0.3, 100)
-    assert est == pytest.approx(0.3) and 0.15 < lo < 0.3 < hi < 0.45
+    up = C.Test("k", "x", "directional", "i", "s", sign=1, theta=0.4)
+    assert directional_case(up, 0.25, 0.35) == C.SUPPORTED
+    assert directional_case(up, 0.05, 0.15) == C.SMALLER      # excludes theta/2 = 0.2 and 0
+    assert directional_case(up, -0.05, 0.15) == C.SMALLER     # excludes theta/2, holds 0
+    assert directional_case(up, -0.05, 0.25) == C.TOO_WEAK    # holds 0 and theta/2
+    assert directional_case(up, -0.3, -0.1) == C.CONTRADICTED
+    down = C.Test("k", "x", "directional", "i", "s", sign=-1, theta=-4.3)
+    assert directional_case(down, -0.45, 0.03) == C.SMALLER   # the causal tau of issue 45
+    assert directional_case(down, -5.0, -3.0) == C.SUPPORTED
+    assert directional_case(down, 0.1, 0.4) == C.CONTRADICTED
+    ni = C.Test("k", "x", "non_inferiority", "i", "s", sign=-1, margin=0.1)
+    assert directional_case(ni, -0.05, 0.3) == C.SUPPORTED
+    assert directional_case(ni, -0.15, 0.3) == C.TOO_WEAK
+    assert directional_case(ni, -0.4, -0.15) == C.CONTRADICTED
+    eq = C.Test("k", "x", "equivalence", "i", "s", margin=0.5)
+    assert directional_case(eq, -0.4, 0.4) == C.SUPPORTED
+    assert directional_case(eq, -0.4, 0.6) == C.TOO_WEAK
+    assert directional_case(eq, 0.6, 0.9) == C.CONTRADICTED
+    prem = C.Test("k", "x", "significance", "i", "s", sign=-1)
+    assert directional_case(prem, -0.2, -0.01) == C.SUPPORTED
+    assert directional_case(prem, -0.2, 0.01) == C.TOO_WEAK
+    assert C.verdict(up, None) == C.NOT_TESTABLE
+    assert directional_case(up, -np.inf, np.inf) == C.NOT_TESTABLE
+    # intersection-union: every part must hold; a failed premise is its own verdict
+    assert C.combine([C.SUPPORTED, C.SUPPORTED]) == C.SUPPORTED
+    assert C.combine([C.SUPPORTED, C.TOO_WEAK]) == C.TOO_WEAK
+    assert C.combine([C.TOO_WEAK, C.SMALLER]) == C.SMALLER
+    assert C.combine([C.SMALLER, C.CONTRADICTED, C.NOT_TESTABLE]) == C.CONTRADICTED
+    assert C.combine([C.SUPPORTED], premise=C.TOO_WEAK) == C.PREMISE_NOT_MET
+    assert C.combine([C.SUPPORTED], premise=C.CONTRADICTED) == C.PREMISE_NOT_MET
+    assert C.combine([C.SUPPORTED], premise=C.NOT_TESTABLE) == C.NOT_TESTABLE
+    e = rate_difference(0.6, 100, 0.3, 100)
+    assert e.est == pytest.approx(0.3) and 0.15 < e.lo < 0.3 < e.hi < 0.45
+
+
+def directional_case(t, lo, hi):
+    return C.verdict(t, C.Estimate((lo + hi) / 2, lo, hi, (hi - lo) / 3.29))
+
+
+@pytest.mark.parametrize("k1,n1,k2,n2", [(60, 100, 30, 100), (5, 100, 0, 100),
+                                         (37, 100, 41, 100), (99, 100, 100, 100),
+                                         (630, 1260, 611, 1260)])
+def test_newcombe_is_statsmodels_interval(k1, n1, k2, n2):
+    from statsmodels.stats.proportion import confint_proportions_2indep
+
+    for alpha in (0.05, 0.025):
+        lo, hi = confint_proportions_2indep(k1, n1, k2, n2, method="newcomb", compare="diff",
+                                            alpha=2 * alpha)
+        d, mlo, mhi, _ = C.newcombe(k1, n1, k2, n2, alpha)
+        assert (float(mlo), float(mhi)) == pytest.approx((lo, hi), abs=1e-12)
+
+
+# ------------------------------------------------------------------------------ simulations
+# The verdicts' error rates, by simulation (fixed seed, N draws, vectorised): the bounds are
+# the nominal ones plus 3 Monte Carlo standard errors.
+N = 4000
+
+
+def _mc(p: float) -> float:
+    return 3 * np.sqrt(p * (1 - p) / N)
+
+
+def _rates(rng, p1, p2, n, t):
+    k1, k2 = rng.binomial(n, p1, N), rng.binomial(n, p2, N)
+    _, lo, hi, _ = C.newcombe(k1, n, k2, n, PLAN.alpha)
+    return C.verdicts(t, lo, hi)
+
+
+PLAN = C.load_plan()
+
+
+@pytest.mark.parametrize("p", [0.1, 0.35, 0.6])
+@pytest.mark.parametrize("n", [100, 400])
+def test_under_no_effect_a_directional_rate_claim_is_rarely_supported(p, n):
+    rng = np.random.default_rng(45)
+    for claim, part in (("atat", "attacc"), ("hsic_bido_star", "attacc"),
+                        ("dose_response", None)):
+        t = PLAN.test(claim, part)
+        k1, k2 = rng.binomial(n, p, N), rng.binomial(n, p, N)
+        d, lo, hi, _ = C.newcombe(k1, n, k2, n, PLAN.alpha)
+        v = C.verdicts(t, lo, hi)
+        assert np.mean(v == C.SUPPORTED) <= PLAN.alpha + _mc(PLAN.alpha), (claim, p, n)
+        # nor significant on the paper's side at all (supported, or smaller but significant)
+        significant = (lo > 0) if t.sign > 0 else (hi < 0)
+        assert np.mean(significant) <= PLAN.alpha + _mc(PLAN.alpha), (claim, p, n)
+
+
+def test_under_no_effect_a_directional_mean_claim_is_rarely_supported():
+    rng = np.random.default_rng(46)
+    t = PLAN.test("permuted")
+    for m, sd_b in ((20, 1.0), (6, 3.0)):   # per-class means; unequal spreads (Welch)
+        a, b = rng.normal(0.5, 0.1, (N, m)), rng.normal(0.5, 0.1 * sd_b, (N, m))
+        _, lo, hi, _ = C.welch(a, b, PLAN.alpha)
+        assert np.mean(C.verdicts(t, lo, hi) == C.SUPPORTED) <= PLAN.alpha + _mc(PLAN.alpha)
+
+
+@pytest.mark.parametrize("p0", [0.6, 0.3])
+def test_under_the_papers_full_effect_a_rate_claim_is_rarely_smaller_and_powered(p0):
+    """AT-AT against a baseline at p0 with the paper-sized difference theta (-0.20): at any n
+    'smaller than the paper's' <= alpha; at the planned n (exact power >= 80%) 'supported'
+    >= 80% in the simulation too."""
+    rng = np.random.default_rng(47)
+    t = PLAN.test("atat", "attacc")
+    n_plan = C.planned_n_rates(p0, t, PLAN.alpha, PLAN.power)
+    assert 30 < n_plan < 200
+    assert C.rate_power(p0 + t.theta, p0, n_plan, t, PLAN.alpha) >= PLAN.power
+    assert C.rate_power(p0 + t.theta, p0, n_plan - 1, t, PLAN.alpha) < PLAN.power
+    for n in (50, 100, n_plan, 400):
+        v = _rates(rng, p0 + t.theta, p0, n, t)
+        assert np.mean(v == C.SMALLER) <= PLAN.alpha + _mc(PLAN.alpha), n
+        if n == n_plan:
+            assert np.mean(v == C.SUPPORTED) >= PLAN.power - _mc(PLAN.power)
+
+
+@pytest.mark.parametrize("claim,part", [("causal_atat", None), ("permuted", None),
+                                        ("tradeoff", "robust_acc_eps0.0025"),
+                                        ("tradeoff", "robust_acc_eps1e-05"),
+                                        ("hsic_bido_star", "hsic")])
+def test_under_the_papers_full_effect_a_normal_claim_is_rarely_smaller_and_powered(claim, part):
+    """Estimates normal around theta_P with the standard error of the planned n (MDE =
+    theta_P) and of a larger one: 'smaller' <= alpha, 'supported' >= 80% at the planned n."""
+    rng = np.random.default_rng(48)
+    t = PLAN.test(claim, part)
+    se_plan = abs(t.theta) / (C._z(1 - PLAN.alpha) + C._z(PLAN.power))
+    for se in (se_plan, se_plan / 2):
+        est = rng.normal(t.theta, se, N)
+        e = C.normal_estimate(0.0, se, PLAN.alpha)   # the half-width
+        v = C.verdicts(t, est + e.lo, est + e.hi)
+        assert np.mean(v == C.SMALLER) <= PLAN.alpha + _mc(PLAN.alpha)
+        assert np.mean(v == C.SUPPORTED) >= PLAN.power - _mc(PLAN.power)
+        assert PLAN.mde(se_plan) == pytest.approx(abs(t.theta))
+
+
+@pytest.mark.parametrize("n", [100, 400, 1600])
+def test_a_null_rate_claim_at_its_margin_is_rarely_supported(n):
+    """Unseen-Pixels exactly the margin (0.10) more private than NoDef-ES; AT-AT's accuracy
+    exactly the tolerance (0.02) below the baseline's."""
+    rng = np.random.default_rng(49)
+    for claim, part, p0 in (("unseen_pixels", None, 0.55), ("atat", "accuracy", 0.5)):
+        t = PLAN.test(claim, part)
+        v = _rates(rng, p0 + t.sign * t.margin, p0, n, t)
+        assert np.mean(v == C.SUPPORTED) <= PLAN.alpha + _mc(PLAN.alpha), (claim, n)
+
+
+def test_a_null_hsic_claim_at_its_margin_is_rarely_supported():
+    """A defense whose HSIC is exactly 0.8 of NoDef's (the ratio margin), per-batch values
+    skewed (gamma distributed), 30 or 100 batches."""
+    rng = np.random.default_rng(50)
+    t = PLAN.test("hsic", "hsic")
+    ratio = np.exp(-t.margin)
+    for batches in (30, 100):
+        a = rng.gamma(4.0, ratio / 4.0, (N, batches))
+        b = rng.gamma(4.0, 1 / 4.0, (N, batches))
+        _, lo, hi, _ = C.welch(a, b, PLAN.alpha, log_ratio=True)
+        v = C.verdicts(t, lo, hi)
+        assert np.mean(v == C.SUPPORTED) <= PLAN.alpha + _mc(PLAN.alpha), batches
+
+
+def test_a_null_equivalence_claim_at_its_margin_is_rarely_supported():
+    rng = np.random.default_rng(51)
+    t = PLAN.test("clean_acc")
+    for true in (t.margin, -t.margin):
+        for se, df in ((0.3, 13), (0.1, 50)):
+            est = true + se * rng.standard_t(df, N)
+            e = C.normal_estimate(0.0, se, PLAN.alpha, df)
+            v = C.verdicts(t, est + e.lo, est + e.hi)
+            assert np.mean(v == C.SUPPORTED) <= PLAN.alpha + _mc(PLAN.alpha)
+
+
+# ------------------------------------------------------------------------------ the plan
+def test_the_committed_plan_loads_and_has_a_source_for_every_number():
+    plan = C.load_plan()
+    assert len(plan.sha256) == 64 and plan.alpha == 0.05 and plan.level == pytest.approx(0.9)
+    tests = C._plan_tests(plan)
+    assert {t.test for t in tests} == set(C.TESTS)
+    for t in tests:
+        assert t.source and "spec" not in t.source, t.key
+    text = C.PLAN_PATH.read_text()
+    assert "spec " + "§" not in text and "shared/" not in text
+
+
+def _bad_plan(tmp_path, edit):
+    raw = yaml.safe_load(C.PLAN_PATH.read_text())
+    edit(raw)
+    path = tmp_path / "claims.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    return path
+
+
+@pytest.mark.parametrize("edit,message", [
+    (lambda r: r["claims"]["causal_atat"].update(theta="big"), "claims.causal_atat.theta"),
+    (lambda r: r["claims"]["causal_atat"].update(theta=4.3), "claims.causal_atat.theta: 4.3 "
+                                                             "is not on the side"),
+    (lambda r: r["claims"]["unseen_pixels"].update(margin=-0.1), "claims.unseen_pixels.margin"),
+    (lambda r: r["claims"]["unseen_pixels"].update(margin=float("nan")),
+     "claims.unseen_pixels.margin: nan is not a finite number"),
+    (lambda r: r["claims"]["unseen_pixels"].pop("margin"), "claims.unseen_pixels.margin"),
+    (lambda r: r["claims"]["permuted"].update(thetta=0.4), "unknown key 'claims.permuted.thetta'"),
+    (lambda r: r["claims"].pop("dose_response"), "'dose_response' is a required property"),
+    (lambda r: r.update(alpha=0.7), "alpha"),
+    (lambda r: r["claims"]["tradeoff"]["parts"]["robust_acc_eps0.0025"].pop("theta"),
+     "claims.tradeoff.parts.robust_acc_eps0.0025.theta"),
+    (lambda r: r["claims"]["cost"]["parts"]["robust_acc_eps0.0025"].update(theta=1.0),
+     "claims.cost.parts.robust_acc_eps0.0025"),
+    (lambda r: r["claims"]["clean_acc"].update(test="equivalent"), "claims.clean_acc.test"),
+])
+def test_a_bad_plan_is_a_config_error_naming_the_key(tmp_path, edit, message):
+    path = _bad_plan(tmp_path, edit)
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        C.load_plan(path)
+    assert str(path) in str(pytest.raises(ConfigError, C.load_plan, path).value)
+
+
+def test_the_table_records_the_plans_hash_and_whether_it_predates_the_records(tmp_path, demo):
+    files = _write(tmp_path, HOLDS, demo)
+    plan = tmp_path / "plan.yaml"
+    plan.write_bytes(C.PLAN_PATH.read_bytes())
+    record = tmp_path / "metrics.json"
+    record.write_text("{}")
+    os.utime(plan, (1_000_000, 1_000_000))            # the plan first, then the record
+    os.utime(record, (2_000_000, 2_000_000))
+    t = claims_table(demo, **files, plan=plan, records=[record, tmp_path / "missing.json"])
+    sha = hashlib.sha256(plan.read_bytes()).hexdigest()
+    assert set(t["plan_sha256"]) == {sha} and set(t["plan_before_records"]) == {True}
+    md = files["outputs"][1].read_text()
+    assert f"sha256 {sha}" in md and "predates the run's first inversion record" in md
+    assert "| plan_sha256" not in md and md.count("| claim | section | statement | paper | "
+                                                  "test | threshold | run | verdict | mde |") == 1
+    csv = pd.read_csv(files["outputs"][0])
+    assert list(csv.columns) == C.COLUMNS
+    # the plan edited after the run's first record: the table says so
+    plan.write_bytes(plan.read_bytes() + b"# edited\n")
+    os.utime(plan, (3_000_000, 3_000_000))
+    t = claims_table(demo, **files, plan=plan, records=[record])
+    assert set(t["plan_before_records"]) == {False}
+    assert set(t["plan_sha256"]) != {sha}
+    assert "not pre-registered for this run" in files["outputs"][1].read_text()
+    # no record to compare with
+    assert C.plan_status(plan, [])[0] is None
+
+
+def test_a_plan_change_changes_the_verdicts(tmp_path, demo):
+    """The plan decides: a margin of Unseen-Pixels three times narrower turns its supported
+    non-inferiority into too weak to say."""
+    files = _write(tmp_path, HOLDS, demo)
+    narrow = _bad_plan(tmp_path, lambda r: r["claims"]["unseen_pixels"].update(margin=0.03))
+    t = claims_table(demo, **files, plan=narrow).set_index("claim")
+    assert t.loc["unseen_pixels_unseen_pixels", "verdict"] == "too weak to say"
+
+
+def test_a_failed_premise_is_its_own_verdict(tmp_path, demo):
+    """NegLS does not lower AttAcc@1 (the premise of §3 (1)): premise not met, however its
+    HSIC compares."""
+    cells = dict(HOLDS)
+    cells["negls"] = (0.60, 0.70, 0.55, 1.0)
+    t = claims_table(demo, **_write(tmp_path, cells, demo)).set_index("claim")
+    assert t.loc["hsic_negls", "verdict"] == "premise not met"
+    assert t.loc["hsic_bido", "verdict"] == "supported"
+
+
+def test_section6_accuracy_is_part_of_the_verdict(tmp_path, demo):
+    """A baseline less private than AT-AT but clearly more accurate (0.90 against 0.75 on
+    1,000 test images): AT-AT's accuracy is lower beyond the tolerance, so the Pareto claim
+    is contradicted."""
+    cells = dict(HOLDS)
+    cells["mid"] = (0.40, 0.90, 0.55, 1.0)
+    t = claims_table(demo, **_write(tmp_path, cells, demo)).set_index("claim")
+    assert t.loc["atat_ppa", "verdict"] == "contradicted"
+    assert "MID contradicted" in t.loc["atat_ppa", "run"]
 
 
 def test_the_demo_plan_builds_the_claims_from_its_own_outputs(demo):
@@ -286,3 +564,16 @@ def test_the_caption_names_each_priors_quality_verdict():
     assert "synthfaces_public passed" in ok and "worse attacker" not in ok
     unmeasured = [dict(row, model="generators/ffhq", check="prior_quality", passed=None)]
     assert "ffhq not measured" in C._prior_sentence(inputs(unmeasured))
+
+
+def test_the_summary_carries_each_models_test_set_size(tmp_path):
+    """§6's accuracy part needs the test images behind each test accuracy (n_test of the
+    model's metrics.json, a summary column)."""
+    from atat.summary import summary_row
+
+    (tmp_path / "metrics.json").write_text(json.dumps(
+        {"test_acc": 0.5, "test_top5": 0.9, "val_acc": 0.5, "best_epoch": 3,
+         "train_seconds": 1.0, "pretrained": False, "n_test": 1260}))
+    row = summary_row({**CELL, "defense": "atat", "defense_type": "atat", "seed": 0,
+                       "metrics": tmp_path / "metrics.json"})
+    assert row["n_test"] == 1260

@@ -31,6 +31,7 @@ def summary_row(model: Mapping[str, Any]) -> dict[str, Any]:
                val_acc=metrics["val_acc"], best_epoch=metrics["best_epoch"],
                train_seconds=metrics["train_seconds"], pretrained=metrics["pretrained"],
                train_acc=metrics.get("train_acc"),
+               n_test=metrics.get("n_test"),  # test images: the claims' accuracy intervals
                kept_pixel_fraction=metrics.get("kept_pixel_fraction"))
     for eps_text, path in sorted(model.get("robustness", {}).items(), key=lambda kv: -float(kv[0])):
         res = io.read_json(path)
