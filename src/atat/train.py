@@ -155,7 +155,7 @@ def resolve_stop_target(spec: TrainSpec) -> tuple[TrainSpec, dict[str, Any] | No
         value = float(ref["val_acc"])
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise ValueError(f"{path}: cannot read the val_acc that {spec.model_id} stops at "
-                         f"(training.stop_at_val_acc = '{target}'): {exc}") from None
+                         f"(training.stop_at_val_acc = '{target}'): {exc}. {io.REBUILD_ADVICE}") from None
     if not 0.0 <= value <= 1.0:
         raise ValueError(f"{path}: val_acc = {value} is not an accuracy in [0, 1]")
     record = {"defense": target, "metrics": str(path), "model_id": ref.get("model_id"),
