@@ -96,3 +96,19 @@ def test_a_truncated_manifest_names_the_file_and_how_to_restore_the_dataset(tmp_
     if name == "meta.json":
         with pytest.raises(DatasetFormatError, match="--force"):
             read_meta(folder / "private")
+
+
+def test_a_truncated_stop_reference_metrics_file_is_named_with_the_remedy(tmp_path):
+    from atat.train import TrainSpec, resolve_stop_target
+
+    metrics = tmp_path / "metrics.json"
+    io.write_json(metrics, {"val_acc": 0.5, "history": list(range(40))})
+    truncate(metrics)
+    spec = TrainSpec(model_id="d/resnet18/nodef_es/seed0", dataset_root=str(tmp_path),
+                     resolution=32, n_classes=4, architecture="resnet18",
+                     defense={"type": "nodef"}, training={"stop_at_val_acc": "unseen_pixels"},
+                     augmentation={}, seed=0, stop_reference_metrics=str(metrics))
+    with pytest.raises(ValueError) as info:
+        resolve_stop_target(spec)
+    assert str(metrics) in str(info.value)
+    assert "Delete it and run the workflow again" in str(info.value)
