@@ -297,9 +297,9 @@ def test_the_builder_writes_table_and_figure(tmp_path):
 @pytest.mark.slow
 def test_the_rule_builds_one_point_per_lambda_from_a_summary(tmp_path):
     """Rule dose_response through Snakemake on the demo config with its designed sweep, from
-    a fabricated results/summary.csv (no model is trained: only that rule may run): its params (the
-    points of atat.config), the script and the builder give one row per lambda with
-    intervals, and the figure."""
+    a fabricated results/summaries/dose_response.csv (its own summary; no model is trained:
+    only that rule may run): its params (the points of atat.config), the script and the
+    builder give one row per lambda with intervals, and the figure."""
     import subprocess
     import sys
 
@@ -316,8 +316,10 @@ def test_the_rule_builds_one_point_per_lambda_from_a_summary(tmp_path):
             row[robust_column(eps)] = (40 - 3 * i) / 64
             row[f"aa_n_examples_eps{eps:g}"] = 64
         rows.append(row)
-    (tmp_path / "results").mkdir()
-    pd.DataFrame(rows).to_csv(tmp_path / "results" / "summary.csv", index=False)
+    # the rule reads its own summary (rule output_summary; issue 43), as rule summary writes
+    own = tmp_path / paper.output_summary_file("dose_response")
+    own.parent.mkdir(parents=True)
+    pd.DataFrame(rows).to_csv(own, index=False)
     proc = subprocess.run(
         [sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile"), "--directory",
          str(tmp_path), "--configfile", str(DEMO), str(sweep), "--cores", "1", "--allowed-rules",

@@ -786,3 +786,186 @@ def _check_causal_attacks(config: Mapping[str, Any], regressions: Mapping[str, A
 #: The defense type each name of the Tables 8/9 selections stands for.
 _NAMED_TYPES = {"nodef": "nodef", "mid": "mid", "tldmi": "tldmi", "bido": "bido",
                 "bido_lx1e3": "bido", "bido_lx1e4": "bido"}
+
+
+# ------------------------------------------------------------------------------ what each reads
+# Targeted rebuilds (issue 43 item 5): an output depends only on the jobs whose records it
+# reads. An entry of SUMMARY_SELECTIONS reads a summary of its own, results/summaries/<id>.csv
+# (rule output_summary: atat.summary.build_summary over the selected records only) instead of
+# the whole grid's results/summary.csv; the selection mirrors the rows and columns the
+# entry's builder reads, so the output is the same as from the full summary
+# (tests/test_paper.py builds each from both). output_reads lists every file an entry's rule
+# reads that another rule makes; tests/test_targeted_rebuilds.py checks that the dry run of
+# each entry's files plans exactly those files' jobs, their ancestors and the entry's own jobs.
+
+
+@dataclass(frozen=True)
+class RunRecords:
+    """The records of one model that a per-output summary reads: its ``metrics.json``
+    always, its AutoAttack record at each of ``epsilons``, its inversion record of each of
+    ``attacks``."""
+
+    run: Any
+    epsilons: tuple[float, ...] = ()
+    attacks: tuple[str, ...] = ()
+
+
+def output_summary_file(entry_id: str) -> str:
+    """The summary of one output's records (rule output_summary)."""
+    return f"results/summaries/{entry_id}.csv"
+
+
+def summary_attacks(plan: Plan) -> list[str]:
+    """The attacks with columns in the full summary (any model attacked with them), in the
+    order of ``inversion.attacks``: every per-output summary has their columns too, so a
+    builder that tests for a column sees the same columns in both."""
+    used = {a for r in plan.runs for a in run_attacks(plan.config, r)}
+    return [a for a in plan.attacks if a in used]
+
+
+def _records(plan: Plan, runs: Iterable[Any], *, epsilons: Sequence[float] = (),
+             attacks: str | Sequence[str] = ()) -> list[RunRecords]:
+    """``runs`` (plan order kept) with AutoAttack at ``epsilons`` and the inversion records of
+    ``attacks`` (``"all"``: every attack run against the model) where the model has them."""
+    out = []
+    for r in runs:
+        ran = run_attacks(plan.config, r) if plan.attacks else []
+        wanted = ran if attacks == "all" else [a for a in ran if a in attacks]
+        out.append(RunRecords(r, tuple(float(e) for e in epsilons), tuple(wanted)))
+    return out
+
+
+def _section3_cells_runs(plan: Plan, key_defenses: Sequence[str],
+                         row_defenses: Iterable[str]) -> list[Any]:
+    """Tables 2/3 (atat.tables.table2/table3): every model of a (dataset, architecture) cell
+    holding one of ``key_defenses`` whose defense is one of the table's roles."""
+    cells = {(r.dataset, r.architecture) for r in plan.runs if r.defense in key_defenses}
+    rows = set(row_defenses)
+    return [r for r in plan.runs if (r.dataset, r.architecture) in cells and r.defense in rows]
+
+
+def _dose_response_runs(plan: Plan) -> list[Any]:
+    sweep = plan.config.get("dose_response") or {}
+    names = {p.defense for p in dose_response_points(plan.config)}
+    return [r for r in plan.runs if r.treatment is None and r.dataset == sweep.get("dataset")
+            and r.architecture == sweep.get("architecture") and r.defense in names]
+
+
+def _robustness_selection(number: int) -> Callable[[Plan], list[RunRecords]]:
+    def select(plan: Plan) -> list[RunRecords]:  # atat.tables.robustness_table: no causal row
+        eps = robustness_table_eps(plan.config).get(str(number))
+        return _records(plan, [r for r in plan.runs if r.treatment is None],
+                        epsilons=[] if eps is None else [eps])
+    return select
+
+
+def _hsic_selection(table: str) -> Callable[[Plan], list[RunRecords]]:
+    # atat.tables.hsic_table merges test accuracy and PPA AttAcc@1 of its rows' models
+    return lambda plan: _records(plan, hsic_table_runs(plan, table)[0], attacks=["ppa"])
+
+
+def _main_table_selection(plan: Plan) -> list[RunRecords]:
+    # atat.tables.main_results: the clean test accuracy of the non-causal rows
+    return _records(plan, [r for r in plan.runs if r.treatment is None])
+
+
+#: Entry id -> the records of its own summary (the rows and columns its builder reads).
+SUMMARY_SELECTIONS: dict[str, Callable[[Plan], list[RunRecords]]] = {
+    **{t: _hsic_selection(t) for t in ("table1", "table8", "table9")},
+    # Tables 2/3: the cells of the permuted-label / Unseen-Pixels models, their table's rows
+    "table2": lambda p: _records(p, _section3_cells_runs(
+        p, permuted_defenses(p.config),
+        [*permuted_defenses(p.config), *plain_nodef_defenses(p.config)]), attacks=["ppa"]),
+    "table3": lambda p: _records(p, _section3_cells_runs(
+        p, section3_roles(p.config)["Unseen-Pixels"],
+        [d for names in section3_roles(p.config).values() for d in names]), attacks=["ppa"]),
+    # Table 4: the main architecture's models (every row), AutoAttack at each epsilon, PPA
+    "table4": lambda p: _records(p, [r for r in p.runs
+                                     if r.architecture == main_architecture(p.config)],
+                                 epsilons=p.epsilons, attacks=["ppa"]),
+    **{f"table{n}": _robustness_selection(n) for n in sorted(ROBUSTNESS_TABLES.values())},
+    # Figure "robust accuracy vs eps": every row, every epsilon, no inversion
+    "figure_robustness": lambda p: _records(p, p.runs, epsilons=p.epsilons),
+    # the preconditions: every model's row (AT-AT's gap reads AutoAttack), no inversion
+    "preconditions": lambda p: _records(p, p.runs, epsilons=p.epsilons),
+    # Tables 21/22: the causal replicates, every record
+    "table21_22": lambda p: _records(p, [r for r in p.runs if r.treatment is not None],
+                                     epsilons=p.epsilons, attacks="all"),
+    **{f"table{t}": _main_table_selection for t in MAIN_TABLE_IDS},
+    # Figure 4: the main architecture's models and their attacks (accuracy vs leakage)
+    "figure4": lambda p: _records(p, [r for r in p.runs
+                                      if r.architecture == main_architecture(p.config)],
+                                  attacks="all"),
+    # the dose-response: the sweep's cell and variants, every epsilon, the sweep's attack
+    "dose_response": lambda p: _records(
+        p, _dose_response_runs(p), epsilons=p.epsilons,
+        attacks=[str((p.config.get("dose_response") or {}).get("attack"))]),
+}
+
+
+def summary_selection(plan: Plan, entry_id: str) -> list[RunRecords] | None:
+    """The records of ``entry_id``'s own summary under ``plan``, or None where the entry reads
+    no summary or the whole grid's results/summary.csv (the regressions and what is built from
+    them, Figure 2, the claims: they fit or test every model)."""
+    output(entry_id)  # a KeyError naming the known ids for an unknown one
+    select = SUMMARY_SELECTIONS.get(entry_id)
+    return None if select is None else select(plan)
+
+
+def record_files(plan: Plan, records: Iterable[RunRecords]) -> list[str]:
+    """The record files of ``records`` (what rule output_summary reads), in order; paths from
+    :func:`atat.summary.record_models`."""
+    from atat.summary import record_models
+
+    files: list[str] = []
+    for m in record_models(records, plan.config):
+        files += [m["metrics"], *m["robustness"].values(), *m["inversion"].values()]
+    return files
+
+
+#: Entries whose rule makes the records the others read (their reads are their own files).
+_PRODUCERS = {"hsic", "inversion", "summary"}
+
+
+def output_reads(plan: Plan, entry_id: str) -> list[str]:
+    """Every file made by another rule that ``entry_id``'s rule reads under ``plan``: the
+    records of its own summary (:func:`summary_selection`), else results/summary.csv where
+    its builder reads the whole grid, and its other inputs (HSIC records, the per-image
+    table, the regressions, models and reconstructions). A producer of records (``hsic``,
+    ``inversion``, ``summary``) reads what its own jobs read: its own files here."""
+    entry = output(entry_id)
+    if entry_id in _PRODUCERS:
+        return list(entry.targets(plan))
+    selection = summary_selection(plan, entry_id)
+    reads = record_files(plan, selection) if selection is not None else []
+    if entry_id in {"regressions", "figure2"}:
+        reads.append("results/summary.csv")
+    elif entry.family == "regression_table" or entry_id == "cost_of_privacy":
+        reads.append("results/stats/regressions.csv")
+    elif entry.family == "hsic_table":
+        reads += [hsic_file(r) for r in hsic_table_runs(plan, entry_id)[0]]
+    elif entry.family == "main_results_table" or entry_id == "figure4":
+        reads.append("results/inversion/per_image.csv")
+    elif entry_id == "preconditions":
+        from atat.preconditions import inversion_priors, prior_quality_path
+
+        inverted = list(plan.runs) if plan.attacks else []
+        reads += [f"results/models/{r.path}/metrics.json" for r in plan.runs]
+        reads += [prior_quality_path(g) for g, why in
+                  inversion_priors(plan.config, inverted).items() if why is None]
+    elif entry_id == "figure5":
+        run = figure5_run(plan)
+        reads += [f"results/models/{run.path}/model.pt"] if run is not None else []
+    elif entry_id == "figure1":
+        for r in unseen_pixel_runs(plan):
+            reads += [f"results/models/{r.path}/model.pt",
+                      f"results/inversion/{r.path}/ppa/best_images.pt"]
+    elif entry_id == "reconstructions":
+        for d, a in inversion_cells(plan):
+            for atk in plan.attacks:
+                reads += list(reconstruction_models(plan, d, a, atk).values())
+    elif entry_id == "claims":
+        found = claims_inputs(plan)
+        reads += [v for k, v in found.items() if k != "hsic" and v is not None]
+        reads += list(found["hsic"].values())
+    return list(dict.fromkeys(reads))

@@ -4,7 +4,7 @@ clean accuracies, worst-case and per-attack robust accuracy per epsilon)."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable, Mapping, Sequence
 
 import pandas as pd
 
@@ -51,9 +51,36 @@ def summary_row(model: Mapping[str, Any]) -> dict[str, Any]:
     return row
 
 
-def build_summary(models: Iterable[Mapping[str, Any]], out_path: str | Path) -> pd.DataFrame:
+def record_models(records: Iterable[Any], config: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The inputs of :func:`build_summary` for ``records`` (:class:`atat.paper.RunRecords`:
+    a model with the AutoAttack epsilons and inversion attacks whose records are read): its
+    identity, ``metrics.json`` and those records' files (rule output_summary)."""
+    models = []
+    for rec in records:
+        r = rec.run
+        models.append(dict(
+            dataset=r.dataset, architecture=r.architecture, defense=r.defense,
+            defense_type=config["defenses"][r.defense]["type"], seed=r.seed,
+            replicate=r.replicate, treatment=r.treatment,
+            metrics=f"results/models/{r.path}/metrics.json",
+            robustness={eps_tag(e): f"results/robustness/{r.path}/eps{eps_tag(e)}.json"
+                        for e in rec.epsilons},
+            inversion={a: f"results/inversion/{r.path}/{a}/metrics.json" for a in rec.attacks}))
+    return models
+
+
+def build_summary(models: Iterable[Mapping[str, Any]], out_path: str | Path,
+                  attacks: Sequence[str] = ()) -> pd.DataFrame:
+    """Write the summary of ``models`` (one row each, :func:`summary_row`). ``attacks``: the
+    attacks whose columns the summary has even where no model of ``models`` has their records
+    (a summary of some of the models -- one output's, :mod:`atat.paper` -- then has the
+    inversion columns of the whole grid's, which the builders test for)."""
     rows = [summary_row(m) for m in models]
     df = pd.DataFrame(rows)
+    for attack in attacks:
+        for col in [f"{attack}_{m}" for m in INVERSION_METRICS] + [f"{attack}_n_images"]:
+            if col not in df.columns:
+                df[col] = float("nan")
     for col in df.columns:
         if col.startswith(("robust_acc", "test_acc", "val_acc", "test_top5")) or col.endswith(
                 ("_attacc1", "_attacc5", "_evalconf")):

@@ -546,5 +546,24 @@ def face_network_file(dataset):
     return facenet_file()  # the downloaded VGGFace2 InceptionResnetV1 state dict
 
 
+# ---- one output's own summary (rule output_summary; targeted rebuilds, issue 43)
+from atat.paper import SUMMARY_SELECTIONS, record_files, summary_attacks  # noqa: E402
+from atat.paper import output_summary_file, summary_selection  # noqa: E402
+from atat.summary import record_models  # noqa: E402
+
+#: attacks whose columns every summary has (atat.summary.build_summary)
+SUMMARY_ATTACKS = summary_attacks(PLAN)
+
+
+def output_summary_inputs(wildcards):
+    """The record files the output ``wildcards.entry`` reads (atat.paper.summary_selection)."""
+    return record_files(PLAN, summary_selection(PLAN, wildcards.entry))
+
+
+def output_summary_models(wildcards):
+    """atat.summary.build_summary's models of the output ``wildcards.entry``."""
+    return record_models(summary_selection(PLAN, wildcards.entry), config)
+
+
 onstart:
     check_datasets_before_jobs()

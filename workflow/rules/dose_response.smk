@@ -1,13 +1,13 @@
 # Stage 10 (beyond the paper, issue 17): AT-AT's dose-response. The sweep's models are
 # ordinary models of the DAG (train -> AutoAttack at every epsilon -> dose_response.attack;
 # the generated variants come from atat.config.dose_response_points via common.smk); this
-# rule only reads results/summary.csv. Built when the config sets `dose_response`
+# rule only reads its summary (results/summaries/dose_response.csv). Built when the config sets `dose_response`
 # (atat.paper entry dose_response).
 
 
 rule dose_response:
     input:
-        summary="results/summary.csv",
+        summary=output_summary_file("dose_response"),
     output:
         report(
             "results/tables/dose_response.csv",

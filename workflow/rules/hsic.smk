@@ -1,7 +1,7 @@
 # Stage 4: HSIC(X, Z_l) and HSIC(Y, Z_l) of every model (paper §3, App. D;
 # docs/sources.md#hsic-measurement), one job per model, and the HSIC tables (paper Table 1, Tables
-# 8/9) built from them + summary.csv. Which models each table holds, its caption and labels:
-# atat.paper (entries table1/8/9).
+# 8/9) built from them + their summary (results/summaries/<table>.csv).
+# Which models each table holds, its caption and labels: atat.paper (entries table1/8/9).
 #
 # Config block `hsic:` (optional; schema: workflow/schemas/config.schema.yaml):
 #   split: train       REPO's default: augmented, shuffled train loader (the paper does not say
@@ -62,7 +62,7 @@ for _table in table_rules(PLAN, "hsic_table"):
             _table
         input:
             hsic=[hsic_file(r) for r in hsic_table_runs(PLAN, _table)[0]],
-            summary="results/summary.csv",
+            summary=output_summary_file(_table),
         output:
             report(
                 f"results/tables/{_table}.csv",

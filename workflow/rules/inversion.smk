@@ -266,10 +266,10 @@ rule figure_reconstructions:
         "../scripts/figure_reconstructions.py"
 
 
-# --- paper §3: Table 2 (rote memorisation) and Table 3 (Unseen-Pixels), from summary.csv ---
+# --- paper §3: Table 2 (rote memorisation) and Table 3 (Unseen-Pixels), each from its summary ---
 rule table2:
     input:
-        summary="results/summary.csv",
+        summary=output_summary_file("table2"),
     output:
         report(
             "results/tables/table2.csv",
@@ -299,7 +299,7 @@ rule table2:
 
 rule table3:
     input:
-        summary="results/summary.csv",
+        summary=output_summary_file("table3"),
     output:
         report(
             "results/tables/table3.csv",

@@ -101,7 +101,7 @@ rule cost_of_privacy:
 
 rule causal_tables:
     input:
-        summary="results/summary.csv",
+        summary=output_summary_file("table21_22"),
         specs=REGRESSIONS_YAML,
     output:
         table21=[
@@ -152,7 +152,7 @@ for _table in table_rules(PLAN, "main_results_table"):
             # long table, one row per attacked image (columns: atat.tables.PER_IMAGE_COLUMNS +
             # evalconf, dist_face, dist_eval), from rule inversion_per_image
             per_image="results/inversion/per_image.csv",
-            summary="results/summary.csv",
+            summary=output_summary_file(_table),
         output:
             report(
                 f"results/tables/{_table}.csv",
@@ -209,7 +209,9 @@ rule figure2:
 
 rule figure4:
     input:
-        summary="results/summary.csv",
+        summary=output_summary_file("figure4"),
+        # EvalConf's and the distances' 95% t intervals over per-class means (as Tables 27/28)
+        per_image="results/inversion/per_image.csv",
     output:
         report(
             "results/figures/figure4_accuracy_vs_privacy.png",

@@ -1,4 +1,5 @@
-# Stage 8: paper tables (CSV + Markdown + LaTeX) and figures, from results/summary.csv only.
+# Stage 8: paper tables (CSV + Markdown + LaTeX) and figures, each from its own summary of the
+# records it reads (results/summaries/<id>.csv, rule output_summary: atat.paper.summary_selection).
 # Which tables this config builds and what goes into them: atat.paper (entries table4,
 # table11-14, figure_robustness, figure5, preconditions).
 
@@ -7,7 +8,7 @@ ROBUSTNESS_TABLE_EPS = robustness_table_eps(config)  # Tables 11-14 (App. F.4): 
 
 rule table4:
     input:
-        summary="results/summary.csv",
+        summary=output_summary_file("table4"),
     output:
         report(
             "results/tables/table4.csv",
@@ -37,7 +38,7 @@ rule table4:
 
 rule preconditions:
     input:
-        summary="results/summary.csv",
+        summary=output_summary_file("preconditions"),
         metrics=[f"{model_dir(r)}/metrics.json" for r in RUNS],
         priors=[prior_quality_path(g) for g in QUALITY_GENERATORS],  # rule prior_quality
     output:
@@ -75,7 +76,7 @@ for _table in table_rules(PLAN, "robustness_table"):
         name:
             _table
         input:
-            summary="results/summary.csv",
+            summary=output_summary_file(_table),
         output:
             report(
                 f"results/tables/{_table}.csv",
@@ -105,7 +106,7 @@ for _table in table_rules(PLAN, "robustness_table"):
 
 rule figure_robustness:
     input:
-        summary="results/summary.csv",
+        summary=output_summary_file("figure_robustness"),
     output:
         report(
             "results/figures/robust_accuracy_vs_eps.png",

@@ -1,4 +1,5 @@
-"""Snakemake adapter: collect every model's metrics into results/summary.csv."""
+"""Snakemake adapter: collect every model's metrics into results/summary.csv, or one output's
+models' records into results/summaries/<output>.csv (rule output_summary)."""
 
 from _common import setup
 
@@ -6,4 +7,5 @@ setup(snakemake)  # noqa: F821
 
 from atat.summary import build_summary  # noqa: E402
 
-build_summary(snakemake.params.models, snakemake.output[0])  # noqa: F821
+build_summary(snakemake.params.models, snakemake.output[0],  # noqa: F821
+              attacks=snakemake.params.attacks)  # noqa: F821

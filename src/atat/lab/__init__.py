@@ -1,0 +1,1 @@
+"""Measuring and documentation tools (not science; the workflow never imports this package)."""
