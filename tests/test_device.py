@@ -45,6 +45,8 @@ def test_cuda_without_a_gpu_stops_naming_driver_build_and_remedy(monkeypatch):
 
 
 def test_no_driver_at_all_is_said(monkeypatch):
+    monkeypatch.setattr(torch.version, "cuda", "13.0")
+    monkeypatch.setattr(torch.cuda, "get_arch_list", lambda: ["sm_75"])
     no_gpu(monkeypatch, driver=None)
     with pytest.raises(dev.DeviceError, match="no NVIDIA driver found"):
         dev.resolve_device("cuda")
@@ -67,6 +69,7 @@ def test_a_supported_gpu_is_used(monkeypatch):
 
 def test_cpu_is_cpu_even_with_a_gpu_and_auto_falls_back_with_a_warning(monkeypatch, caplog):
     v100(monkeypatch, arch=("sm_70",))
+    assert dev.resolve_device("auto") == "cuda"
     assert dev.resolve_device("cpu") == "cpu"
     no_gpu(monkeypatch, driver=None)
     with caplog.at_level("WARNING"):
@@ -158,3 +161,9 @@ def test_a_gpu_rule_under_device_cuda_stops_in_seconds_through_snakemake(tmp_pat
     assert "torch.cuda.is_available() is False" in out and "TORCH_INDEX_URL" in out
     assert " epoch 0" not in out  # not a single epoch on the CPU
     assert seconds < 120, seconds
+
+
+def test_a_cpu_only_torch_build_is_named(monkeypatch):
+    monkeypatch.setattr(torch.version, "cuda", None)
+    with pytest.raises(dev.DeviceError, match="has no CUDA support"):
+        dev.resolve_device("cuda")
