@@ -329,3 +329,46 @@ def test_the_record_names_the_precision(job_files, tmp_path):
     with pytest.raises(ValueError, match="inversion.precision"):
         run_inversion(ids={**IDS, "attack": "ppa"}, **_outputs(tmp_path / "bad"),
                       **_job(d, "ppa", bad))
+
+
+# ------------------------------------------------------------------ through the workflow
+@pytest.mark.slow
+def test_tiny_workflow_merges_class_range_jobs_into_the_bytes_of_one_job(tmp_path):
+    """.test/tiny through Snakemake: PPA and IF-GMI of a model as jobs of one class each
+    (rule invert_shard) merged by rule invert, then the same outputs by one job over every
+    class (forced): the same bytes."""
+    import subprocess
+    import sys
+
+    def snakemake(*args, overlay):
+        cmd = [sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile"), "--directory",
+               str(tmp_path), "--configfile", str(ROOT / "config" / "demo.yaml"),
+               str(ROOT / ".test" / "tiny" / "config.yaml"), str(tmp_path / overlay),
+               "--cores", "2", *args]
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        return proc
+
+    for name, per_job in (("split.yaml", 1), ("whole.yaml", None)):
+        (tmp_path / name).write_text(yaml.safe_dump(
+            {"inversion": {"classes_per_job": {"ppa": per_job, "ifgmi": per_job}}}))
+    model = "results/inversion/synthfaces/resnet18/nodef/seed0"
+    targets = [f"{model}/{a}/per_image.csv" for a in ("ppa", "ifgmi")]
+    snakemake(*targets, overlay="split.yaml")
+    split = {}
+    for attack in ("ppa", "ifgmi"):
+        d = tmp_path / model / attack
+        assert sorted(p.name for p in (d / "parts").iterdir()) == ["classes0-1.pt",
+                                                                  "classes1-2.pt"]
+        split[attack] = {n: (d / n).read_bytes() for n in OUTPUTS}
+        split[attack]["metrics"] = json.loads((d / "metrics.json").read_text())
+    assert not list((tmp_path / "results" / ".resume").rglob("*.pt"))  # progress spent
+    snakemake(*targets, "--forcerun", "invert", overlay="whole.yaml")
+    for attack in ("ppa", "ifgmi"):
+        d = tmp_path / model / attack
+        for n in OUTPUTS:
+            assert (d / n).read_bytes() == split[attack][n], (attack, n)
+        whole = json.loads((d / "metrics.json").read_text())
+        drop = ("seconds",)
+        assert ({k: v for k, v in whole.items() if k not in drop}
+                == {k: v for k, v in split[attack]["metrics"].items() if k not in drop})
