@@ -55,7 +55,7 @@ wheelhouse:
 	rm -rf $(WHEELHOUSE)
 	mv $(WHEELHOUSE).part $(WHEELHOUSE)
 
-.PHONY: venv venv-test lock wheelhouse demo smoke test test-all test-paper-shapes dry-run-paper bench bench-gpu float-paths readme-tables
+.PHONY: venv venv-test lock wheelhouse demo smoke test test-all test-paper-shapes dry-run-paper bench bench-gpu forecast float-paths readme-tables
 venv: $(VENV)/.installed
 venv-test: $(VENV)/.installed-test
 
@@ -103,6 +103,16 @@ dry-run-paper: venv
 # table on the terminal, CSV in results/bench/bench.csv.
 bench: venv
 	$(VENV)/bin/python -m atat.bench
+	$(VENV)/bin/python -m atat.lab.forecast calibrate
+
+# The campaign's cost before the first sbatch (src/atat/lab/forecast.py, docs/forecast.md): per
+# rule jobs, GPU-hours, peak GPU memory, the longest job against the profile's max_runtime_min,
+# the campaign on GPUS GPUs. CONFIG: overlays as --configfile (empty: the paper config);
+# make forecast CONFIG=config/demo.yaml ARGS="--device cpu" forecasts the demo on this CPU.
+CONFIG ?=
+GPUS ?= 8
+forecast: venv
+	$(VENV)/bin/python -m atat.lab.forecast $(addprefix --configfile ,$(CONFIG)) --profile profiles/slurm --gpus $(GPUS) $(ARGS)
 
 # The paper config's shapes on the device (ResNet-152 at 224 px training images/s for NoDef and
 # AT-AT with channels-last / bf16 autocast beside the paper's fp32, standard AutoAttack images/s

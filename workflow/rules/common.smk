@@ -567,3 +567,119 @@ def output_summary_models(wildcards):
 
 onstart:
     check_datasets_before_jobs()
+
+
+# ---- runtime requests, the partition's limit and the GPU card (atat.job_cost; issue 43 item 3)
+# A GPU rule's runtime is its job's forecast (atat.job_cost, A100 estimates) x 1.5, not a flat
+# 48 h. `max_runtime_min` (the profile's config: entry, the GPU partition's MaxTime) refuses
+# here, before any job, every job of the config whose request exceeds it. `gpu_cards`
+# ("name=MB,...", the profile's config: entry) turns invert's GPU memory estimate into a card:
+# the smallest that fits, one size larger per earlier attempt that ran out of GPU memory.
+from atat.job_cost import GpuRates as _GpuRates  # noqa: E402
+from atat.job_cost import RuntimeLimitError as _RuntimeLimitError  # noqa: E402
+from atat.job_cost import check_runtime_limit as _check_runtime_limit  # noqa: E402
+from atat.job_cost import class_shards as _class_shards  # noqa: E402
+from atat.job_cost import job_cost_for as _job_cost_for  # noqa: E402
+from atat.job_cost import oom_attempts as _oom_attempts  # noqa: E402
+from atat.job_cost import parse_gpu_cards as _parse_gpu_cards  # noqa: E402
+from atat.job_cost import pick_gpu_card as _pick_gpu_card  # noqa: E402
+from atat.job_cost import runtime_request_min as _runtime_request_min  # noqa: E402
+
+GPU_RATES = _GpuRates()
+MAX_RUNTIME_MIN = config.get("max_runtime_min")
+try:
+    GPU_CARDS = _parse_gpu_cards(config.get("gpu_cards"))
+except ValueError as exc:
+    raise WorkflowError(f"invalid configuration: {exc}") from None
+
+
+def _request_min(rule, wildcards):
+    job = _job_cost_for(rule, dict(wildcards.items()), config)
+    return _runtime_request_min(GPU_RATES.seconds(job))
+
+
+def runtime_min(rule):
+    """The runtime resource of ``rule``'s jobs: minutes requested from the job's forecast."""
+
+    def request(wildcards, attempt=1):
+        minutes = _request_min(rule, wildcards)
+        if MAX_RUNTIME_MIN and minutes > int(MAX_RUNTIME_MIN):
+            raise WorkflowError(
+                f"{rule} {'/'.join(map(str, wildcards.values()))}: {minutes} min requested, "
+                f"over max_runtime_min = {MAX_RUNTIME_MIN}"
+            )
+        return minutes
+
+    return request
+
+
+def planned_gpu_requests():
+    """(rule, job name, requested minutes) of every GPU job of the config: its models'
+    training, AutoAttack and inversion (per shard), the evaluation models, the real-image
+    embeddings."""
+    out = []
+
+    def add(rule, wc):
+        out.append((rule, "/".join(map(str, wc.values())), _request_min(rule, wc)))
+
+    for r in RUNS:
+        cell = dict(dataset=r.dataset, arch=r.architecture, defense=r.defense, seed=r.seed)
+        add("train_model", cell)
+        for e in [None] if AUTOATTACK_PER_MODEL else EPS:
+            add("autoattack", cell if e is None else {**cell, "eps": e})
+        for a in run_attacks(config, r) if INV_ATTACKS else []:
+            shards = _class_shards(config, r.dataset, r.architecture, r.defense, a)
+            if len(shards) == 1:
+                add("invert", {**cell, "attack": a})
+            for start, stop in shards if len(shards) > 1 else []:
+                add("invert_shard", {**cell, "attack": a, "start": start, "stop": stop})
+    for ds in sorted({r.dataset for r in RUNS}):
+        if config.get("evaluation_model"):
+            add("train_evaluation_model", dict(dataset=ds))
+        if INV_ATTACKS:
+            add("real_embeddings", dict(dataset=ds))
+    return out
+
+
+if MAX_RUNTIME_MIN:
+    try:
+        _check_runtime_limit(planned_gpu_requests(), int(MAX_RUNTIME_MIN))
+    except _RuntimeLimitError as exc:
+        raise WorkflowError(str(exc)) from None
+
+
+def _invert_gpu_card(wildcards):
+    """The card of an inversion job (gpu_cards), or None when the profile lists no cards:
+    the smallest card with the job's estimated GPU memory, one size larger per earlier
+    attempt whose log shows a CUDA out-of-memory error (never the same size again)."""
+    wc = dict(wildcards.items())
+    if not GPU_CARDS or (
+        "start" not in wc
+        and len(_class_shards(config, wc["dataset"], wc["arch"], wc["defense"], wc["attack"])) > 1
+    ):
+        return None  # no cards listed, or rule invert merging its shards' parts (no GPU)
+    stem = Path("logs/inversion/{dataset}/{arch}/{defense}/seed{seed}/{attack}".format(**wc))
+    if "start" in wc:  # rule invert_shard's log
+        stem = stem.joinpath("classes{start}-{stop}".format(**wc))
+    log = stem.with_name(stem.name + ".attempts.log")
+    ooms = _oom_attempts(log.read_text(errors="replace")) if log.is_file() else 0
+    try:
+        return _pick_gpu_card(invert_gpu_mem_mb(wildcards), GPU_CARDS, ooms)
+    except ValueError as exc:
+        raise WorkflowError(f"invert {'/'.join(map(str, wc.values()))}: {exc} ({log})") from None
+
+
+def invert_gpu_model(wildcards, attempt=1):
+    """gpu_model of an inversion job (-> sbatch --gpus=<card>:1) when gpu_card_resource is
+    gpu_model (the default), else None."""
+    if config.get("gpu_card_resource", "gpu_model") != "gpu_model":
+        return None
+    return _invert_gpu_card(wildcards)
+
+
+def invert_gpu_constraint(wildcards, attempt=1):
+    """constraint of an inversion job (-> sbatch -C <card>) when gpu_card_resource is
+    constraint (clusters that name GPU sizes as node features), else None."""
+    if config.get("gpu_card_resource", "gpu_model") != "constraint":
+        return None
+    return _invert_gpu_card(wildcards)

@@ -27,7 +27,7 @@ rule train_evaluation_model:
     resources:
         gpu=1,
         mem_mb=32000,
-        runtime=24 * 60,
+        runtime=runtime_min("train_evaluation_model"),
     conda:
         "../../envs/torch.yaml"
     script:

@@ -46,7 +46,7 @@ rule measure_hsic:
     resources:
         gpu=1,
         mem_mb=32000,
-        runtime=2 * 60,
+        runtime=runtime_min("measure_hsic"),
     conda:
         "../../envs/torch.yaml"
     script:

@@ -115,7 +115,7 @@ rule real_embeddings:
         # the paper's ~25k FaceScrub training images at 299 px through Inception-v3 and FaceNet
         # in batches of 64: a few GB; the features themselves ~0.3 GB
         mem_mb=16000,
-        runtime=2 * 60,
+        runtime=runtime_min("real_embeddings"),
     conda:
         "../../envs/torch.yaml"
     script:
@@ -161,7 +161,11 @@ rule invert:
         # PPDG's tuning on 5 points (~37 GiB) is below its optimisation batch. Not a standard
         # Snakemake resource: informative, or a cap with --resources gpu_mem_mb=N (global).
         gpu_mem_mb=invert_resource("gpu_mem_mb", invert_gpu_mem_mb),
-        runtime=invert_resource("runtime", 24 * 60),
+        # the card that holds gpu_mem_mb (profile's gpu_cards; larger after an OOM) and the
+        # runtime from the job's forecast (common.smk, atat.job_cost)
+        gpu_model=invert_gpu_model,
+        constraint=invert_gpu_constraint,
+        runtime=invert_resource("runtime", runtime_min("invert")),
     conda:
         "../../envs/torch.yaml"
     script:
@@ -202,7 +206,9 @@ rule invert_shard:
         gpu=1,
         mem_mb=48000,  # as rule invert
         gpu_mem_mb=invert_gpu_mem_mb,
-        runtime=24 * 60,
+        gpu_model=invert_gpu_model,  # as rule invert
+        constraint=invert_gpu_constraint,
+        runtime=runtime_min("invert_shard"),
     conda:
         "../../envs/torch.yaml"
     script:

@@ -25,7 +25,7 @@ rule autoattack:
     resources:
         gpu=1,
         mem_mb=16000,
-        runtime=(len(EPS) if AUTOATTACK_PER_MODEL else 1) * 12 * 60,
+        runtime=runtime_min("autoattack"),  # the job's forecast (atat.job_cost) x 1.5
     conda:
         "../../envs/torch.yaml"
     script:

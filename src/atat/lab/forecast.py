@@ -1,0 +1,493 @@
+"""`make forecast`: what a config costs before the first sbatch (issue 43 item 4).
+
+For a config and a profile, per rule: jobs (from the workflow's own DAG of ``all``, built with
+Snakemake's Python API, so the forecast and a dry run count the same jobs), device-hours, the
+peak GPU memory, the longest job against the partition's ``max_runtime_min`` (the profile's
+``config:`` entry), and the whole campaign on N GPUs. Each job's work and the devices' rates are
+:mod:`atat.job_cost` (the functions the workflow requests its runtimes with).
+
+Rates: on a GPU the FLOP estimates of :class:`atat.job_cost.GpuRates` (an A100), replaced by
+``results/bench/bench_gpu.csv`` where ``make bench-gpu`` has run (training images/s, AutoAttack
+images/s, PPA images x steps/s at the paper's shapes); on the CPU the per-network timings of
+``python -m atat.lab.forecast calibrate`` (``make bench`` runs it; results/bench/forecast_cpu.csv).
+
+    python -m atat.lab.forecast [--configfile FILE ...] [--profile profiles/slurm] [--gpus N]
+    python -m atat.lab.forecast --configfile config/demo.yaml --device cpu \
+        --measured tests/data/demo_jobstats_be69179.csv     # forecast vs a measured run
+    python -m atat.lab.forecast calibrate                   # CPU rates of the demo's jobs
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import dataclasses
+import math
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+from collections import defaultdict
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence
+
+import yaml
+
+from atat.job_cost import (GMAC, CpuRates, GpuRates, JobCost, Pass, job_cost_for,
+                           runtime_request_min, stylegan_key)
+
+ROOT = Path(__file__).resolve().parents[3]
+CPU_CSV = ROOT / "results" / "bench" / "forecast_cpu.csv"
+GPU_CSV = ROOT / "results" / "bench" / "bench_gpu.csv"
+
+
+# ---- the DAG's jobs ----------------------------------------------------------------------------
+
+def dag_jobs(configfiles: Sequence[str | Path], extra_config: Mapping[str, Any] | None = None
+             ) -> tuple[list[tuple[str, dict[str, str], int | None]], dict]:
+    """(rule, wildcards, gpu_mem_mb) of every job of ``all`` from empty (``--forceall``) and the
+    merged config, from one DAG built in this process in a temporary directory."""
+    from snakemake.api import SnakemakeApi
+    from snakemake.settings.types import (ConfigSettings, DAGSettings, OutputSettings,
+                                          ResourceSettings)
+
+    work = Path(tempfile.mkdtemp(prefix="atat-forecast-"))
+    files = [Path(c).resolve() for c in configfiles]
+    with SnakemakeApi(OutputSettings(quiet=None)) as api:
+        wf_api = api.workflow(resource_settings=ResourceSettings(cores=1),
+                              config_settings=ConfigSettings(configfiles=files,
+                                                             config=dict(extra_config or {})),
+                              snakefile=ROOT / "Snakefile", workdir=work)
+        wf_api.dag(DAGSettings(targets={"all"}, forceall=True))
+        wf = wf_api._workflow
+        wf._prepare_dag(forceall=True, ignore_incomplete=True, lock_warn_only=True, nolock=True)
+        wf._build_dag()
+        jobs = []
+        for j in wf.dag.jobs:
+            if j.rule.name == "all":
+                continue
+            mem = j.resources.get("gpu_mem_mb") if "gpu_mem_mb" in j.rule.resources else None
+            jobs.append((j.rule.name, dict(j.wildcards.items()), mem))
+        return jobs, dict(wf.config)
+
+
+# ---- rates -------------------------------------------------------------------------------------
+
+def read_cpu_rates(path: Path = CPU_CSV) -> CpuRates:
+    """The CPU calibration written by :func:`calibrate`."""
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} missing: run `python -m atat.lab.forecast calibrate` "
+                                f"(or `make bench`) first")
+    with open(path) as fh:
+        rows = list(csv.DictReader(fh))
+    per = {r["key"]: float(r["cpu_s"]) for r in rows if r["key"] != "job_overhead"
+           and not r["key"].startswith("overhead/")}
+    rule_over = {r["key"][len("overhead/"):]: float(r["cpu_s"]) for r in rows
+                 if r["key"].startswith("overhead/")}
+    over = [float(r["cpu_s"]) for r in rows if r["key"] == "job_overhead"]
+    if not over:
+        raise ValueError(f"{path}: no job_overhead row")
+    return CpuRates(per, over[0], name=f"CPU, one thread ({rows[0].get('cpu', '?')}, "
+                                       f"{rows[0].get('date', '?')})", rule_overhead_s=rule_over)
+
+
+def gpu_rates(path: Path = GPU_CSV) -> GpuRates:
+    """A100 estimates, or effective FLOP/s from ``make bench-gpu`` (train/nodef/fp32 images/s of
+    the paper's ResNet-152 at 224 px -> the tf32 rate: PyTorch's defaults; ppa/optimisation
+    images x steps/s -> the fp32 rate) where it ran on a GPU."""
+    base = GpuRates()
+    if not path.is_file():
+        return base
+    with open(path) as fh:
+        rows = [r for r in csv.DictReader(fh) if r.get("quick") in ("False", "false", "0")
+                and r.get("gpu")]
+    flops = dict(base.flops)
+    found = []
+    for r in rows:
+        v = float(r["value"])
+        if r["component"] == "train" and r["variant"] == "nodef/fp32":
+            flops["tf32"] = v * GMAC["resnet152"][0] * 1e9 * 2 * 3
+            found.append("training")
+        if r["component"] == "ppa" and r["variant"] == "optimisation":
+            per = (GMAC[stylegan_key(1024)][0] + GMAC["resnet152"][0]) * 1e9 * 2 * 3
+            flops["fp32"] = v * per
+            found.append("PPA")
+    if not found:
+        return base
+    return GpuRates(flops, base.job_overhead_s,
+                    name=f"{rows[0]['gpu']} (make bench-gpu {rows[0]['date']}: {', '.join(found)})")
+
+
+# ---- forecast ----------------------------------------------------------------------------------
+
+@dataclasses.dataclass
+class RuleRow:
+    rule: str
+    jobs: int
+    hours: float           # device-hours (GPU rules on the GPU; CPU-hours otherwise)
+    gpu: bool
+    peak_gpu_mem_mb: int | None
+    longest_job: str
+    longest_s: float
+    longest_request_min: int
+
+
+def forecast(jobs: Sequence[tuple[str, Mapping[str, str], int | None]], config: Mapping[str, Any],
+             *, gpu: GpuRates | None, cpu: CpuRates | None) -> list[RuleRow]:
+    """Per-rule rows. ``gpu`` None: every job on the CPU (the demo); else GPU rules on ``gpu``
+    and the others' CPU time from ``cpu`` when given (else only counted)."""
+    by_rule: dict[str, list[tuple[JobCost, float]]] = defaultdict(list)
+    for rule, wc, mem in jobs:
+        job = job_cost_for(rule, wc, config, gpu_mem_mb=mem)
+        if gpu is not None and job.gpu:
+            sec = gpu.seconds(job)
+        elif cpu is not None:
+            sec = cpu.seconds(job)
+        else:
+            sec = float("nan")
+        by_rule[rule].append((job, sec))
+    rows = []
+    for rule, items in by_rule.items():
+        longest = max(items, key=lambda x: (x[1] if not math.isnan(x[1]) else -1))
+        mems = [j.gpu_mem_mb for j, _ in items if j.gpu_mem_mb]
+        on_gpu = gpu is not None and items[0][0].gpu
+        rows.append(RuleRow(rule, len(items), sum(s for _, s in items) / 3600, on_gpu,
+                            max(mems) if mems and on_gpu else None, longest[0].name, longest[1],
+                            runtime_request_min(longest[1]) if not math.isnan(longest[1]) else 0))
+    rows.sort(key=lambda r: -(r.hours if not math.isnan(r.hours) else -1))
+    return rows
+
+
+def format_table(rows: Sequence[RuleRow], *, max_runtime_min: int | None, n_gpus: int,
+                 device: str) -> str:
+    """The forecast as text: per rule, then the campaign."""
+    lim = f"{max_runtime_min} min" if max_runtime_min else "none set"
+    out = [f"device: {device}; partition limit (max_runtime_min): {lim}",
+           f"{'rule':28s} {'jobs':>5s} {'device-h':>10s} {'on':>4s} {'peak GPU MB':>11s} "
+           f"{'longest job (h)':>15s} {'request min':>11s}  fits  longest job"]
+    shown = list(rows)
+    if any(r.gpu for r in rows):   # a GPU forecast: the CPU rules in one line
+        cpu_rows = [r for r in rows if not r.gpu]
+        shown = [r for r in rows if r.gpu]
+        if cpu_rows:
+            h = sum(r.hours for r in cpu_rows)
+            out_h = f"{h:10.1f}" if not math.isnan(h) else f"{'-':>10s}"
+            out_rows = f"{len(cpu_rows)} rules: downloads, dataset preparation, merges, tables, figures"
+    for r in shown:
+        fits = "-" if not max_runtime_min or not r.gpu else (
+            "yes" if r.longest_request_min <= max_runtime_min else "NO")
+        mem = f"{r.peak_gpu_mem_mb:,}" if r.peak_gpu_mem_mb else "-"
+        hours = f"{r.hours:10.1f}" if not math.isnan(r.hours) else f"{'-':>10s}"
+        out.append(f"{r.rule:28s} {r.jobs:5d} {hours} {'GPU' if r.gpu else 'CPU':>4s} "
+                   f"{mem:>11s} {r.longest_s / 3600:15.2f} {r.longest_request_min:11d}  "
+                   f"{fits:>4s}  {r.longest_job}")
+    if len(shown) < len(rows):
+        out.append(f"{'CPU rules':28s} {sum(r.jobs for r in cpu_rows):5d} {out_h}  CPU "
+                   f"{'-':>11s} {'':15s} {'':11s}        {out_rows}")
+    gpu_h = sum(r.hours for r in rows if r.gpu)
+    cpu_h = sum(r.hours for r in rows if not r.gpu and not math.isnan(r.hours))
+    longest = max((r.longest_s for r in rows if r.gpu), default=0.0) / 3600
+    out.append(f"{'total':28s} {sum(r.jobs for r in rows):5d}   GPU {gpu_h:,.0f} h, "
+               f"CPU {cpu_h:,.1f} h")
+    if gpu_h:
+        out.append(f"campaign on {n_gpus} GPUs: >= {max(gpu_h / n_gpus, longest):,.1f} h wall "
+                   f"(GPU-hours / N, or the longest job; queueing and the DAG's order not "
+                   f"included) = {max(gpu_h / n_gpus, longest) / 24:,.1f} days")
+    return "\n".join(out)
+
+
+def read_profile(profile: str | Path | None) -> dict[str, Any]:
+    """The ``config:`` entries of a Snakemake profile (``key=value`` strings), e.g.
+    max_runtime_min."""
+    if not profile:
+        return {}
+    path = Path(profile)
+    path = path / "config.yaml" if path.is_dir() else path
+    data = yaml.safe_load(path.read_text()) or {}
+    out: dict[str, Any] = {}
+    for entry in data.get("config") or []:
+        key, _, val = str(entry).partition("=")
+        out[key.strip()] = int(val) if val.strip().isdigit() else val.strip()
+    return out
+
+
+def read_measured(path: str | Path) -> dict[str, tuple[int, float]]:
+    """rule -> (jobs, CPU-s) of a measured run (columns rule, jobs, cpu_s)."""
+    with open(path) as fh:
+        return {r["rule"]: (int(r["jobs"]), float(r["cpu_s"])) for r in csv.DictReader(
+            line for line in fh if not line.startswith("#"))}
+
+
+def compare(rows: Sequence[RuleRow], measured: Mapping[str, tuple[int, float]], *,
+            min_cpu_s: float = 10.0, tolerance: float = 0.30) -> list[dict[str, Any]]:
+    """Forecast vs measured CPU-s per rule (rules with >= ``min_cpu_s`` measured)."""
+    fc = {r.rule: r for r in rows}
+    out = []
+    for rule, (jobs, cpu_s) in sorted(measured.items(), key=lambda x: -x[1][1]):
+        if cpu_s < min_cpu_s:
+            continue
+        r = fc.get(rule)
+        f = r.hours * 3600 if r else float("nan")
+        ratio = f / cpu_s if cpu_s else float("nan")
+        out.append(dict(rule=rule, jobs_measured=jobs, jobs_forecast=r.jobs if r else 0,
+                        measured_cpu_s=cpu_s, forecast_cpu_s=f, ratio=ratio,
+                        within=abs(ratio - 1) <= tolerance))
+    return out
+
+
+def format_compare(rows: Sequence[Mapping[str, Any]]) -> str:
+    out = ["| rule | jobs (run / DAG) | measured CPU-s | forecast CPU-s | forecast / measured | "
+           "within ±30% |", "|---|---|---|---|---|---|"]
+    for r in rows:
+        out.append(f"| {r['rule']} | {r['jobs_measured']} / {r['jobs_forecast']} | "
+                   f"{r['measured_cpu_s']:,.0f} | {r['forecast_cpu_s']:,.0f} | {r['ratio']:.2f} | "
+                   f"{'yes' if r['within'] else 'no'} |")
+    return "\n".join(out)
+
+
+# ---- CPU calibration ---------------------------------------------------------------------------
+
+def _cpu_time(fn: Callable[[], Any], repeats: int = 3) -> float:
+    """Median process CPU seconds of ``fn`` (one thread), after one warm-up call."""
+    import statistics
+
+    fn()
+    times = []
+    for _ in range(repeats):
+        t0 = time.process_time()
+        fn()
+        times.append(time.process_time() - t0)
+    return statistics.median(times)
+
+
+def needed_units(jobs: Sequence[tuple[str, Mapping[str, str], int | None]],
+                 config: Mapping[str, Any]) -> set[tuple[str, int, str]]:
+    """(network, resolution, kind) of every pass of the DAG's jobs."""
+    return {(p.network, p.resolution, p.kind) for rule, wc, _ in jobs
+            for p in job_cost_for(rule, wc, config).passes}
+
+
+def calibrate_units(config: Mapping[str, Any], needed: set[tuple[str, int, str]], *,
+                    repeats: int = 3) -> dict[str, float]:
+    """CPU seconds per image (per step for ``step``) of every network, generator training step
+    and image painter in ``needed`` (random weights, one thread, process CPU time)."""
+    import torch
+    import torchvision
+
+    from atat.data import synthfaces as sf
+    from atat.inversion.stylegan2 import Generator, train_small_generator
+    from atat.models import build_model
+
+    torch.set_num_threads(1)
+    units: dict[str, float] = {}
+    batch = int(config["training"]["batch_size"])
+    gens = {}   # network key -> the train settings of a generator of that architecture
+    for g in (config.get("generators") or {}).values():
+        t = g.get("train")
+        if t:
+            r = int(config["datasets"][t["dataset"]]["resolution"])
+            key = stylegan_key(r, int(t.get("channel_base", 1024)), int(t.get("channel_max", 64)))
+            gens[key] = gens[f"{key}/b{int(t.get('batch_size', 16))}"] = (t, r)
+
+    def timed_net(net: torch.nn.Module, r: int, b: int, kind: str) -> float:
+        x = torch.randn(b, 3, r, r)
+        opt = torch.optim.Adam(net.parameters(), 1e-4)
+
+        def fb() -> None:
+            net.train()
+            opt.zero_grad()
+            out = net(x)
+            out = out[0] if isinstance(out, tuple) else out
+            out.float().logsumexp(1).sum().backward()
+            opt.step()
+
+        def fwd() -> None:
+            net.eval()
+            with torch.no_grad():
+                net(x)
+
+        return _cpu_time(fb if kind == "fb" else fwd, repeats) / b
+
+    for network, r, kind in sorted(needed):
+        key = f"{network}@{r}/{kind}"
+        if network.startswith("synth"):
+            make, render = sf._domain_functions(network[len("synth"):])
+            idents = make(4, "private", seed=0)
+            units[key] = _cpu_time(lambda: [render(idents[i % 4], i, seed=0, resolution=r)
+                                            for i in range(40)], repeats) / 40
+        elif network.startswith("stylegan2/") and kind == "step":
+            t, _ = gens[network]
+            bs, steps = int(t.get("batch_size", 16)), 8
+            imgs = torch.rand(4 * bs, 3, r, r) * 2 - 1
+            kw = {k: t[k] for k in ("z_dim", "w_dim", "mapping_layers", "channel_base",
+                                    "channel_max", "lr") if k in t}
+            units[key] = _cpu_time(lambda: train_small_generator(
+                None, resolution=r, steps=steps, batch_size=bs, images=imgs, **kw), 1) / steps
+        elif network.startswith("stylegan2/"):
+            t, _ = gens[network]
+            G = Generator(z_dim=int(t.get("z_dim", 64)), c_dim=0, w_dim=int(t.get("w_dim", 64)),
+                          img_resolution=r, img_channels=3,
+                          mapping_kwargs=dict(num_layers=int(t.get("mapping_layers", 2))),
+                          synthesis_kwargs=dict(channel_base=int(t.get("channel_base", 1024)),
+                                                channel_max=int(t.get("channel_max", 64))))
+            n = 20
+            w = torch.randn(n, G.synthesis.num_ws, G.w_dim, requires_grad=True)
+
+            def gfb() -> None:
+                G.synthesis(w).square().mean().backward()
+
+            def gfwd() -> None:
+                with torch.no_grad():
+                    G.synthesis(w.detach())
+
+            units[key] = _cpu_time(gfb if kind == "fb" else gfwd, repeats) / n
+        elif network == "inception_v3":
+            ev = config.get("evaluation_model") or {}
+            inc = torchvision.models.inception_v3(weights=None, aux_logits=False,
+                                                  init_weights=False, num_classes=20)
+            units[key] = timed_net(inc, r, int((ev.get("training") or {}).get("batch_size", 16)),
+                                   kind)
+        else:
+            units[key] = timed_net(build_model(network, 20), r, batch, kind)
+        print(f"{key:45s} {units[key]:.6g} CPU-s", flush=True)
+    code = ("import torch, torchvision, atat.train, atat.robustness, atat.inversion.run, "
+            "atat.io")
+    t = []
+    for _ in range(max(1, repeats)):
+        before = os.times()
+        subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)
+        after = os.times()
+        t.append((after.children_user - before.children_user)
+                 + (after.children_system - before.children_system))
+    units["job_overhead"] = sorted(t)[len(t) // 2]
+    return units
+
+
+def rule_scripts(rules_dir: Path = ROOT / "workflow" / "rules") -> dict[str, Path]:
+    """rule -> its ``script:`` (workflow/scripts/*.py), read from the rules files."""
+    import re
+
+    out = {}
+    for smk in sorted(rules_dir.glob("*.smk")):
+        for block in re.split(r"^rule ", smk.read_text(), flags=re.M)[1:]:
+            name = block.split(":", 1)[0].strip()
+            m = re.search(r'script:\s*\n\s*"\.\./scripts/([\w]+\.py)"', block)
+            if m:
+                out[name] = ROOT / "workflow" / "scripts" / m.group(1)
+    return out
+
+
+def script_modules(script: Path) -> list[str]:
+    """The modules a job's script imports (anywhere in it), with what workflow/scripts/_common
+    imports for every job (torch, atat.io, atat.progress, atat.device)."""
+    import re
+
+    mods = ["snakemake.script", "torch", "atat.io", "atat.progress", "atat.device"]
+    for m in re.finditer(r"^\s*(?:from\s+([\w.]+)\s+import|import\s+([\w.]+))",
+                         script.read_text(), flags=re.M):
+        mod = m.group(1) or m.group(2)
+        if mod and mod not in ("_common", "__future__") and mod not in mods:
+            mods.append(mod)
+    return mods
+
+
+def calibrate_overheads(rules: Sequence[str], repeats: int = 1) -> dict[str, float]:
+    """``overhead/<rule>``: CPU seconds of a fresh Python importing what ``rule``'s script
+    imports -- a job's fixed part before its own work."""
+    scripts = rule_scripts()
+    out = {}
+    for rule in rules:
+        if rule not in scripts:
+            continue
+        code = "; ".join(f"import {m}" for m in script_modules(scripts[rule]))
+        t = []
+        for _ in range(max(1, repeats)):
+            before = os.times()
+            subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT,
+                           env={**os.environ, "PYTHONPATH": str(ROOT / "src")})
+            after = os.times()
+            t.append((after.children_user - before.children_user)
+                     + (after.children_system - before.children_system))
+        out[f"overhead/{rule}"] = sorted(t)[len(t) // 2]
+        print(f"overhead/{rule:36s} {out[f'overhead/{rule}']:.3g} CPU-s", flush=True)
+    return out
+
+
+def _cpu_name() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown CPU"
+
+
+def write_units(units: Mapping[str, float], path: Path = CPU_CSV) -> None:
+    from atat import io
+
+    meta = {"date": time.strftime("%Y-%m-%d"), "cpu": _cpu_name(), "threads": 1}
+    io.write_csv_rows(path, ["key", "cpu_s", "date", "cpu", "threads"],
+                      ({"key": k, "cpu_s": f"{v:.6g}", **meta} for k, v in units.items()))
+
+
+# ---- command line ------------------------------------------------------------------------------
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m atat.lab.forecast", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("command", nargs="?", default="forecast", choices=("forecast", "calibrate"))
+    ap.add_argument("--configfile", action="append", default=None,
+                    help="config overlays on config/config.yaml (as snakemake --configfile)")
+    ap.add_argument("--profile", default=str(ROOT / "profiles" / "slurm"),
+                    help="profile whose config: entries give max_runtime_min ('' for none)")
+    ap.add_argument("--gpus", type=int, default=8, help="GPUs of the campaign estimate")
+    ap.add_argument("--device", choices=("gpu", "cpu"), default="gpu",
+                    help="gpu: GPU rules on the GPU rates; cpu: every job on the CPU rates")
+    ap.add_argument("--measured", help="CSV (rule, jobs, cpu_s) of a measured run to compare")
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--only", choices=("all", "units", "overhead"), default="all",
+                    help="calibrate: the networks' rates, the rules' fixed parts, or both")
+    ap.add_argument("--rules", help="calibrate: the rules whose fixed part to time "
+                                    "(comma-separated; default every rule of the DAG)")
+    args = ap.parse_args(argv)
+    configs = [ROOT / "config" / "config.yaml"] + [Path(c) for c in (args.configfile or [])]
+    if args.command == "calibrate":
+        overlays = args.configfile or [str(ROOT / "config" / "demo.yaml")]
+        units: dict[str, float] = {}
+        if CPU_CSV.is_file():   # a partial calibration (--only) keeps the other rows
+            with open(CPU_CSV) as fh:
+                units = {r["key"]: float(r["cpu_s"]) for r in csv.DictReader(fh)}
+        jobs, cfg = dag_jobs(overlays)
+        if args.only in ("all", "units"):
+            units.update(calibrate_units(cfg, needed_units(jobs, cfg), repeats=args.repeats))
+            write_units(units)
+        if args.only in ("all", "overhead"):
+            rules = (args.rules.split(",") if args.rules
+                     else sorted({rule for rule, _, _ in jobs}))
+            units.update(calibrate_overheads(rules, repeats=args.repeats))
+            write_units(units)
+        for k, v in units.items():
+            print(f"{k:45s} {v:.6g} CPU-s")
+        print(f"written: {CPU_CSV}")
+        return 0
+    prof = read_profile(args.profile) if args.profile else {}
+    jobs, config = dag_jobs(configs[1:] if len(configs) > 1 else [configs[0]])
+    # on the GPU forecast the CPU rules are only counted: their CPU calibration is the demo's
+    # shapes (dataset preparation, downloads and merges at paper scale are not modelled)
+    cpu = read_cpu_rates() if args.device == "cpu" else None
+    gpu = gpu_rates() if args.device == "gpu" else None
+    rows = forecast(jobs, config, gpu=gpu, cpu=cpu)
+    device = gpu.name if gpu else (cpu.name if cpu else "-")
+    print(format_table(rows, max_runtime_min=prof.get("max_runtime_min"), n_gpus=args.gpus,
+                       device=device))
+    if args.measured:
+        print()
+        print(format_compare(compare(rows, read_measured(args.measured))))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

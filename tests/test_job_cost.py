@@ -1,0 +1,226 @@
+"""The jobs' cost model (atat.job_cost), the runtime refusal at DAG time, the GPU card choice,
+the resources on the sbatch command line, and the forecast's table (atat.lab.forecast)."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from atat import job_cost as jc
+from atat.config import load_config
+
+ROOT = Path(__file__).resolve().parents[1]
+PAPER = ROOT / "config" / "config.yaml"
+DEMO = ROOT / "config" / "demo.yaml"
+SNAKEMAKE = Path(sys.executable).with_name("snakemake")
+
+
+@pytest.fixture(scope="module")
+def paper():
+    return load_config(PAPER)
+
+
+@pytest.fixture(scope="module")
+def demo():
+    return load_config(PAPER, DEMO)
+
+
+def test_runtime_request_is_the_forecast_with_margin_rounded_up():
+    assert jc.runtime_request_min(0) == jc.MIN_RUNTIME_MIN
+    assert jc.runtime_request_min(3600) == 90            # 60 min x 1.5
+    assert jc.runtime_request_min(3601) == 100           # rounded up to 10 min
+    with pytest.raises(ValueError):
+        jc.runtime_request_min(float("nan"))
+
+
+def test_runtime_limit_refuses_with_name_request_and_remedy():
+    jc.check_runtime_limit([("invert", "a/b/ppa", 3000)], None)      # no limit: nothing
+    jc.check_runtime_limit([("invert", "a/b/ppa", 1440)], 1440)      # equal: fits
+    with pytest.raises(jc.RuntimeLimitError) as exc:
+        jc.check_runtime_limit([("invert", "fs/rn152/nodef/0/ppa", 4500),
+                                ("train_model", "fs/rn152/nodef/0", 600)], 1440)
+    msg = str(exc.value)
+    assert "fs/rn152/nodef/0/ppa: 4500 min" in msg and "1 job(s)" in msg
+    assert "classes_per_job" in msg and "train_model" not in msg
+
+
+def test_gpu_card_smallest_that_fits_then_larger_after_oom():
+    cards = jc.parse_gpu_cards("a100_80g=80000, a40=48000,v40=40000")
+    assert [c for c, _ in cards] == ["v40", "a40", "a100_80g"]
+    assert jc.pick_gpu_card(44000, cards) == "a40"
+    assert jc.pick_gpu_card(44000, cards, oom_failures=1) == "a100_80g"
+    with pytest.raises(ValueError, match="largest card"):
+        jc.pick_gpu_card(44000, cards, oom_failures=2)      # never the same size again
+    with pytest.raises(ValueError, match="largest card"):
+        jc.pick_gpu_card(90000, cards)
+    with pytest.raises(ValueError, match="name=MB"):
+        jc.parse_gpu_cards("a100")
+    assert jc.parse_gpu_cards(None) == []
+
+
+def test_oom_attempts_counts_attempts_not_lines():
+    log = ("===== attempt 1 of this job started x =====\ntorch.OutOfMemoryError: CUDA out of "
+           "memory. Tried\n===== attempt 2 of this job started y =====\nslurmstepd: TIME LIMIT\n"
+           "===== attempt 3 of this job started z =====\nCUDA out of memory\n")
+    assert jc.oom_attempts(log) == 2
+    assert jc.oom_attempts("") == 0
+
+
+def test_autoattack_standard_work_per_image():
+    job = jc.autoattack_cost("m", architecture="resnet152", resolution=224, n_classes=530,
+                             autoattack=dict(n_examples=2, version="standard",
+                                             attacks=["apgd-ce", "apgd-t", "fab-t", "square"]))
+    fb, fwd = job.passes
+    assert fb.count == 2 * (100 + 900 + 900)
+    assert fwd.count == 2 * (900 + 5000 + 1)
+    assert fb.precision == "fp32"
+
+
+def test_training_work_scales_with_epochs_images_and_pgd():
+    base = dict(architecture="resnet18", resolution=32, n_train=100, n_val=10, n_test=10)
+    nodef = jc.train_cost("a", training=dict(epochs=10), defense={"type": "nodef"}, **base)
+    atat = jc.train_cost("a", training=dict(epochs=10), defense={"type": "atat", "iterations": 5},
+                         **base)
+    assert nodef.passes[0].count == 1000 and atat.passes[0].count == 7000
+    assert jc.split_sizes(600, 1200) == (432, 108, 1260)   # the demo's 432/108/60 + 1,200
+
+
+def test_paper_ppa_job_in_the_issue_estimate(paper):
+    """One unsharded FaceScrub PPA job of ResNet-152: 50-80 A100-hours by the issue's FLOP
+    estimate (StyleGAN2 1024 px ~74 GMAC, fp32 ~10-14 TFLOP/s)."""
+    wc = dict(dataset="facescrub", arch="resnet152", defense="nodef", seed="0", attack="ppa")
+    fp32 = {**paper, "inversion": {**paper["inversion"], "precision": "fp32"}}
+    job = jc.job_cost_for("invert", wc, fp32, n_classes_job=530)
+    hours = jc.GpuRates().seconds(job) / 3600
+    assert 50 <= hours <= 90, hours
+    tf32 = {**paper, "inversion": {**paper["inversion"], "precision": "tf32"}}
+    assert jc.GpuRates().seconds(jc.job_cost_for("invert", wc, tf32, n_classes_job=530)) < (
+        jc.GpuRates().seconds(job) / 1.5)
+    half = jc.job_cost_for("invert", wc, fp32, n_classes_job=265)
+    assert jc.GpuRates().seconds(half) == pytest.approx(
+        (jc.GpuRates().seconds(job) - 60) / 2 + 60, rel=0.01)
+
+
+def test_sharded_inversion_counts_each_shard(paper):
+    wc = dict(dataset="facescrub", arch="resnet152", defense="nodef", seed="0", attack="ppa")
+    cfg = {**paper, "inversion": {**paper["inversion"], "classes_per_job": {"ppa": 100}}}
+    shards = jc.class_shards(cfg, "facescrub", "resnet152", "nodef", "ppa")
+    if len(shards) == 1:
+        pytest.skip("inversion sharding (atat.config.inversion_shards) not in this tree")
+    assert shards[0] == (0, 100) and shards[-1][1] == 530
+    merge = jc.job_cost_for("invert", wc, cfg)
+    assert not merge.gpu and not merge.passes               # invert only merges the parts
+    part = jc.job_cost_for("invert_shard", {**wc, "start": "0", "stop": "100"}, cfg)
+    full = jc.job_cost_for("invert", wc, cfg, n_classes_job=100)
+    assert part.passes == full.passes
+
+
+def _snakemake(*args, timeout=600):
+    return subprocess.run([str(SNAKEMAKE), "-n", *args], cwd=ROOT, capture_output=True,
+                          text=True, timeout=timeout)
+
+
+@pytest.mark.slow
+def test_dry_run_refuses_a_job_over_the_partition_limit():
+    """The paper config with a 5-hour partition: refused at DAG time, naming the job."""
+    out = _snakemake("all", "--config", "max_runtime_min=300")
+    assert out.returncode != 0
+    text = out.stdout + out.stderr
+    assert "exceed the partition's limit max_runtime_min = 300 min" in text
+    assert re.search(r"train_model facescrub/resnet152/atat/\d+: \d+ min requested", text)
+    assert "nothing was submitted" in text
+
+
+@pytest.mark.slow
+def test_profile_resources_reach_the_sbatch_command_line():
+    """A dry run with profiles/slurm: an inversion shard's resources (its forecast runtime, the
+    card for its GPU memory from gpu_cards) through the SLURM plugin's own sbatch builder."""
+    from snakemake_executor_plugin_slurm.submit_string import get_submit_command
+    from snakemake_executor_plugin_slurm.utils import set_gres_string
+
+    target = "results/inversion/facescrub/resnet152/nodef/seed0/ppa/metrics.json"
+    out = _snakemake("--profile", "profiles/slurm", target)
+    assert out.returncode == 0, out.stderr[-2000:]
+    lines = [ln for ln in out.stdout.splitlines() if ln.strip().startswith("resources:")
+             and "gpu_mem_mb=55000" in ln]
+    assert lines, "no inversion job with its GPU memory in the dry run"
+    res = dict(kv.split("=", 1) for kv in lines[0].strip()[len("resources: "):].split(", "))
+    assert res["gpu_model"] == "a100_80g"          # 55 GB: not the 40/48 GB cards
+    assert 30 <= int(res["runtime"]) < 2880        # the forecast's, not the flat 48 h
+
+    class Res(dict):
+        def __getattr__(self, k):
+            return self[k]
+
+    resources = Res(runtime=int(res["runtime"]), gpu=1, gpu_model=res["gpu_model"],
+                    mem_mb=int(res["mem_mb"]), cpus_per_gpu=8)
+    job = SimpleNamespace(resources=resources, threads=8, is_group=lambda: False,
+                          name="invert_shard", rule=SimpleNamespace(name="invert_shard"))
+    call = get_submit_command(job, dict(run_uuid="x", slurm_logfile="l", comment_str="c",
+                                        account="", partition="-p gpu", workdir=None))
+    assert f"-t {res['runtime']}" in call
+    assert set_gres_string(job).strip() == "--gpus=a100_80g:1"
+
+
+def test_forecast_table_and_comparison(demo):
+    from atat.lab import forecast as fc
+
+    cpu = jc.CpuRates({"resnet18@32/fb": 0.01, "resnet18@32/fwd": 0.003}, job_overhead_s=5.0)
+    jobs = [("train_model", dict(dataset="synthfaces", arch="resnet18", defense="nodef",
+                                 seed="0"), None),
+            ("train_model", dict(dataset="synthfaces", arch="resnet18", defense="atat",
+                                 seed="0"), None),
+            ("table4", {}, None)]
+    rows = fc.forecast(jobs, demo, gpu=None, cpu=cpu)
+    by = {r.rule: r for r in rows}
+    assert by["train_model"].jobs == 2 and by["table4"].hours * 3600 == pytest.approx(5.0)
+    n = 432 * 10   # the demo's 10 epochs of 432 images
+    fwd = (11 * 108 + 432 + 1260) * 0.003   # validation every epoch, training and test passes
+    expect = (5 + n * 0.01 + fwd) + (5 + 7 * n * 0.01 + fwd)   # AT-AT: clean + adv + 5 PGD
+    assert by["train_model"].longest_job == "synthfaces/resnet18/atat/0"
+    assert by["train_model"].hours * 3600 == pytest.approx(expect, rel=1e-6)
+    text = fc.format_table(rows, max_runtime_min=None, n_gpus=4, device="test")
+    assert "train_model" in text and "table4" in text and "CPU" in text
+    cmp = fc.compare(rows, {"train_model": (2, by["train_model"].hours * 3600 * 1.5),
+                            "table4": (1, 5.0)})
+    assert [c["rule"] for c in cmp] == ["train_model"]          # below 10 CPU-s: left out
+    assert cmp[0]["ratio"] == pytest.approx(1 / 1.5) and not cmp[0]["within"]
+    assert "| train_model | 2 / 2 |" in fc.format_compare(cmp)
+
+
+def test_profile_gives_the_partition_limit():
+    from atat.lab.forecast import read_profile
+
+    prof = read_profile(ROOT / "profiles" / "slurm")
+    assert isinstance(prof["max_runtime_min"], int)
+    assert jc.parse_gpu_cards(prof["gpu_cards"])
+
+
+def test_stylegan_macs_from_the_architecture_match_the_counts():
+    for res in (1024, 512):
+        counted = jc.GMAC[jc.stylegan_key(res)][0]
+        assert jc.stylegan_synthesis_gmac(res, 32768, 512) == pytest.approx(counted, rel=0.05)
+    # a generator not in the table (the demo's) gets the formula, not an error
+    assert jc.network_gmac(jc.stylegan_key(32, 512, 32), 32) == pytest.approx(0.0080, rel=0.1)
+
+
+def test_cpu_rates_use_a_rule_s_own_fixed_part():
+    cpu = jc.CpuRates({}, job_overhead_s=6.0, rule_overhead_s={"measure_hsic": 2.5})
+    assert cpu.seconds(jc.fixed_cost("measure_hsic", "x")) == 2.5
+    assert cpu.seconds(jc.fixed_cost("table4", "x")) == 6.0
+    with pytest.raises(KeyError, match="calibrate"):
+        cpu.pass_seconds(jc.Pass("resnet18", 32, "fb", 1))
+
+
+def test_the_forecast_times_what_the_scripts_import():
+    from atat.lab.forecast import rule_scripts, script_modules
+
+    scripts = rule_scripts()
+    assert scripts["invert"].name == "invert.py" and scripts["invert"].is_file()
+    mods = script_modules(scripts["invert"])
+    assert "torch" in mods and "atat.inversion.run" in mods and "_common" not in mods
