@@ -232,7 +232,7 @@ def test_a_class_range_job_resumes_from_its_own_files(job_files, tmp_path, monke
     assert pd.DataFrame(a["rows"]).equals(pd.DataFrame(b["rows"]))
 
 
-def test_ppdg_class_ranges_merge_into_the_job_over_every_class():
+def test_ppdg_class_ranges_merge_into_the_job_over_every_class(tmp_path):
     """PPDG's per-class streams and round 1's lockstep groups (2 classes here) do not depend
     on the range a class is attacked in."""
     from atat.bench import demo_config, inversion_networks
@@ -258,9 +258,13 @@ def test_ppdg_class_ranges_merge_into_the_job_over_every_class():
         return ppdg.ppdg_classes(nets["G"], nets["D"], nets["target"], params, scorer, net,
                                  progress=False, log=lambda _m: None, **kw)
 
+    def saved(part, tmp=tmp_path / "part.pt"):  # through a file, as rule invert reads it
+        io.torch_save(part, tmp)
+        return io.torch_load(tmp)
+
     whole = ppdg.merge_ppdg([run()], params)
-    split = ppdg.merge_ppdg([run(class_range=(2, 3)), run(class_range=(0, 1)),
-                             run(class_range=(1, 2))], params)
+    split = ppdg.merge_ppdg([saved(run(class_range=r)) for r in ((2, 3), (0, 1), (1, 2))],
+                            params)
     assert torch.equal(whole["final_w"], split["final_w"])
     assert whole["frame"].equals(split["frame"])
     assert json.dumps(whole["round_metrics"]) == json.dumps(split["round_metrics"])  # NaN too
