@@ -24,6 +24,11 @@ from atat.config_memo import validate_config_once  # noqa: E402
 from atat.data.manifest import STAMP_SUFFIX  # noqa: E402
 from atat.data.manifest import stamp_path as _stamp_path  # noqa: E402
 from atat.data.manifest import stamp_problems as _stamp_problems  # noqa: E402
+from atat.data.manifest import STAMP_SUFFIX  # noqa: E402
+from atat.data.manifest import STAMP_SUFFIX  # noqa: E402
+from atat.data.manifest import stamp_path as _stamp_path  # noqa: E402
+from atat.data.manifest import stamp_problems as _stamp_problems  # noqa: E402
+from atat.data.manifest import stamp_problems as _stamp_problems  # noqa: E402
 from atat.inversion_resources import gpu_memory_mb  # noqa: E402
 from atat.paper import (  # noqa: E402
     FIGURE2_SPEC,
@@ -143,6 +148,212 @@ def check_datasets_before_jobs():
     problems = _stamp_problems(sorted(stamps - rebuilt), files=True)
     if problems:
         raise WorkflowError("\n".join(problems) + "\nNo job was started.")
+    check_dataset_rebuilds(jobs)
+
+
+def _runs_only_after_a_rerun_dependency(reason):
+    """Whether a job would run only because a job it depends on runs (its outputs exist and
+    nothing of its own changed)."""
+    own = (
+        reason.missing_output,
+        reason.incomplete_output,
+        reason.updated_input,
+        reason.forced,
+        reason.params_changed,
+        reason.code_changed,
+        reason.input_changed,
+        reason.software_stack_changed,
+    )
+    return bool(reason.updated_input_run) and not any(own)
+
+
+def check_dataset_rebuilds(jobs):
+    """A dataset whose stamp is missing (deleted with the folder) would be rebuilt in the same
+    run as the finished jobs that read it, which Snakemake then reruns whatever the rebuilt
+    stamp says, deleting their outputs first. Stop and say how to rebuild it alone, after
+    which only jobs whose recorded stamp checksum differs rerun. A dataset rebuilt for a reason
+    of its own (changed params, forced) reruns its readers, as it should."""
+    dag = workflow.dag
+    needrun = set(jobs)
+    for job in jobs:
+        stamps = [str(f) for f in job.output if str(f).endswith(STAMP_SUFFIX)]
+        reason = dag.reason(job)
+        if not stamps or Path(stamps[0]).exists() or reason.forced or reason.params_changed:
+            continue
+        if reason.code_changed or reason.input_changed or reason.software_stack_changed:
+            continue
+        readers = sorted(
+            str(reader)
+            for reader in dag.depending[job]
+            if reader in needrun and _runs_only_after_a_rerun_dependency(dag.reason(reader))
+        )
+        if readers:
+            raise WorkflowError(
+                f"{stamps[0]} is missing, so its dataset would be built again in this run "
+                f"and the {len(readers)} finished job(s) that read it would rerun after it, "
+                f"their outputs deleted first (e.g. {', '.join(readers[:3])}). If the "
+                f"dataset is the one they were made from (its build is deterministic), build "
+                f"it on its own first: `snakemake {stamps[0]}` (with your --configfile / "
+                f"--profile); Snakemake then compares the new stamp's checksum with the one "
+                f"each job recorded and reruns only those whose dataset differs. To rerun them "
+                f"anyway, name their rules with --forcerun. No job was started."
+            )
+
+
+warn_about_broken_datasets()
+
+
+def dataset_stamp(dataset):
+    """What a job that reads ``dataset`` declares as its input: the stamp next to the folder
+    (atat.data.manifest.write_stamp: the manifest's checksum), never the folder itself, whose
+    mtime changes whenever anything inside it does. Scripts get the folder back with
+    atat.data.manifest.dataset_folder."""
+    return str(_stamp_path(dataset_dir(dataset)))
+
+
+def warn_about_broken_datasets():
+    """At every invocation (dry runs too): a dataset folder that no longer matches its stamp
+    (emptied, deleted, edited) is named with how to restore it; nothing is rerun for it."""
+    stamps = [dataset_stamp(name) for name in config["datasets"]]
+    for problem in _stamp_problems(stamps, files=False):
+        print(f"WARNING: {problem}", file=sys.stderr)
+
+
+def check_datasets_before_jobs():
+    """Before the first job starts (onstart; not in dry runs): every dataset that a job about to
+    run reads, and that no job of this run rebuilds, must match its stamp, every listed image
+    file present. Otherwise stop with no job started, so no output a job would replace is
+    deleted by Snakemake for a job that cannot work."""
+    jobs = list(workflow.dag.needrun_jobs())
+    rebuilt = {str(f) for job in jobs for f in job.output}
+    stamps = {str(f) for job in jobs for f in job.input if str(f).endswith(STAMP_SUFFIX)}
+    problems = _stamp_problems(sorted(stamps - rebuilt), files=True)
+    if problems:
+        raise WorkflowError("\n".join(problems) + "\nNo job was started.")
+    check_dataset_rebuilds(jobs)
+
+
+def _runs_only_after_a_rerun_dependency(reason):
+    """Whether a job would run only because a job it depends on runs (its outputs exist and
+    nothing of its own changed)."""
+    own = (
+        reason.missing_output,
+        reason.incomplete_output,
+        reason.updated_input,
+        reason.forced,
+        reason.params_changed,
+        reason.code_changed,
+        reason.input_changed,
+        reason.software_stack_changed,
+    )
+    return bool(reason.updated_input_run) and not any(own)
+
+
+def check_dataset_rebuilds(jobs):
+    """A dataset whose stamp is missing (deleted with the folder) would be rebuilt in the same
+    run as the finished jobs that read it, which Snakemake then reruns whatever the rebuilt
+    stamp says, deleting their outputs first. Stop and say how to rebuild it alone, after
+    which only jobs whose recorded stamp checksum differs rerun. A dataset rebuilt for a reason
+    of its own (changed params, forced) reruns its readers, as it should."""
+    dag = workflow.dag
+    needrun = set(jobs)
+    for job in jobs:
+        stamps = [str(f) for f in job.output if str(f).endswith(STAMP_SUFFIX)]
+        reason = dag.reason(job)
+        if not stamps or Path(stamps[0]).exists() or reason.forced or reason.params_changed:
+            continue
+        if reason.code_changed or reason.input_changed or reason.software_stack_changed:
+            continue
+        readers = sorted(
+            str(reader)
+            for reader in dag.depending[job]
+            if reader in needrun and _runs_only_after_a_rerun_dependency(dag.reason(reader))
+        )
+        if readers:
+            raise WorkflowError(
+                f"{stamps[0]} is missing, so its dataset would be built again in this run "
+                f"and the {len(readers)} finished job(s) that read it would rerun after it, "
+                f"their outputs deleted first (e.g. {', '.join(readers[:3])}). If the "
+                f"dataset is the one they were made from (its build is deterministic), build "
+                f"it on its own first: `snakemake {stamps[0]}` (with your --configfile / "
+                f"--profile); Snakemake then compares the new stamp's checksum with the one "
+                f"each job recorded and reruns only those whose dataset differs. To rerun them "
+                f"anyway, name their rules with --forcerun. No job was started."
+            )
+
+
+warn_about_broken_datasets()
+
+
+def warn_about_broken_datasets():
+    """At every invocation (dry runs too): a dataset folder that no longer matches its stamp
+    (emptied, deleted, edited) is named with how to restore it; nothing is rerun for it."""
+    stamps = [dataset_stamp(name) for name in config["datasets"]]
+    for problem in _stamp_problems(stamps, files=False):
+        print(f"WARNING: {problem}", file=sys.stderr)
+
+
+def check_datasets_before_jobs():
+    """Before the first job starts (onstart; not in dry runs): every dataset that a job about to
+    run reads, and that no job of this run rebuilds, must match its stamp, every listed image
+    file present. Otherwise stop with no job started, so no output a job would replace is
+    deleted by Snakemake for a job that cannot work."""
+    jobs = list(workflow.dag.needrun_jobs())
+    rebuilt = {str(f) for job in jobs for f in job.output}
+    stamps = {str(f) for job in jobs for f in job.input if str(f).endswith(STAMP_SUFFIX)}
+    problems = _stamp_problems(sorted(stamps - rebuilt), files=True)
+    if problems:
+        raise WorkflowError("\n".join(problems) + "\nNo job was started.")
+    check_dataset_rebuilds(jobs)
+
+
+def _runs_only_after_a_rerun_dependency(reason):
+    """Whether a job would run only because a job it depends on runs (its outputs exist and
+    nothing of its own changed)."""
+    own = (
+        reason.missing_output,
+        reason.incomplete_output,
+        reason.updated_input,
+        reason.forced,
+        reason.params_changed,
+        reason.code_changed,
+        reason.input_changed,
+        reason.software_stack_changed,
+    )
+    return bool(reason.updated_input_run) and not any(own)
+
+
+def check_dataset_rebuilds(jobs):
+    """A dataset whose stamp is missing (deleted with the folder) would be rebuilt in the same
+    run as the finished jobs that read it, which Snakemake then reruns whatever the rebuilt
+    stamp says, deleting their outputs first. Stop and say how to rebuild it alone, after
+    which only jobs whose recorded stamp checksum differs rerun. A dataset rebuilt for a reason
+    of its own (changed params, forced) reruns its readers, as it should."""
+    dag = workflow.dag
+    needrun = set(jobs)
+    for job in jobs:
+        stamps = [str(f) for f in job.output if str(f).endswith(STAMP_SUFFIX)]
+        reason = dag.reason(job)
+        if not stamps or Path(stamps[0]).exists() or reason.forced or reason.params_changed:
+            continue
+        if reason.code_changed or reason.input_changed or reason.software_stack_changed:
+            continue
+        readers = sorted(
+            str(reader)
+            for reader in dag.depending[job]
+            if reader in needrun and _runs_only_after_a_rerun_dependency(dag.reason(reader))
+        )
+        if readers:
+            raise WorkflowError(
+                f"{stamps[0]} is missing, so its dataset would be built again in this run "
+                f"and the {len(readers)} finished job(s) that read it would rerun after it, "
+                f"their outputs deleted first (e.g. {', '.join(readers[:3])}). If the "
+                f"dataset is the one they were made from (its build is deterministic), build "
+                f"it on its own first: `snakemake {stamps[0]}` (with your --configfile / "
+                f"--profile); Snakemake then compares the new stamp's checksum with the one "
+                f"each job recorded and reruns only those whose dataset differs. To rerun them "
+                f"anyway, name their rules with --forcerun. No job was started."
+            )
 
 
 warn_about_broken_datasets()
