@@ -145,6 +145,23 @@ def test_an_emptied_dataset_costs_no_trained_model_and_is_restored_without_retra
     assert gone.returncode == 0 and fingerprint(work) == trained
     assert "the dataset folder is missing" in gone.stderr
 
+    # folder and stamp gone, and a new model wanted beside the finished one: rebuilding the
+    # dataset in the same run would rerun the finished model too; stopped, with the remedy
+    (work / STAMP).unlink()
+    new_model = MODEL.replace("/nodef/", "/atat/") + "/model.pt"
+    both = snakemake(work, *targets, new_model)
+    out = both.stdout + both.stderr
+    assert both.returncode != 0 and "would rerun after it" in out, out[-3000:]
+    assert f"`snakemake {STAMP}`" in out and "No job was started" in out
+    assert fingerprint(work) == trained
+    alone = snakemake(work, STAMP)  # the remedy: the same stamp, so only the new model is planned
+    assert alone.returncode == 0 and (work / STAMP).read_bytes() == stamp
+    plan = snakemake(work, *targets, new_model, "-n", "--quiet", "rules")
+    assert plan.returncode == 0, plan.stderr[-3000:]
+    counts = {tuple(line.split()) for line in plan.stdout.splitlines()
+              if line.split()[:1] in (["train_model"], ["synthfaces"], ["total"])}
+    assert counts == {("train_model", "1"), ("total", "1")}, plan.stdout
+
 
 def test_the_demo_and_the_profile_share_the_rerun_policy_without_the_code_trigger():
     """Decided once (profiles/slurm/config.yaml's comment): mtime with recorded checksums,
