@@ -221,8 +221,8 @@ def _summary(seeds=(0,)):
         for seed in seeds:
             row = {"dataset": "synthfaces", "architecture": "resnet18", "defense": defense,
                    "defense_type": dtype, "seed": seed, "replicate": None, "treatment": None,
-                   "test_acc": 0.5 + 0.01 * i, "ppa_attacc1": (40 - 5 * i - seed) / 100,
-                   "ppa_n_images": 100}
+                   "test_acc": 0.5 + 0.01 * i, "n_test": 100,
+                   "ppa_attacc1": (40 - 5 * i - seed) / 100, "ppa_n_images": 100}
             for j, eps in enumerate(EPS):
                 row[robust_column(eps)] = (32 - 4 * i - 8 * j + seed) / 64
                 row[f"aa_n_examples_eps{eps:g}"] = 64
@@ -278,6 +278,43 @@ def test_a_missing_model_or_column_is_an_error():
                             attack="ppa", epsilons=EPS)
 
 
+def test_clean_accuracy_has_its_wilson_interval_and_needs_its_count(tmp_path):
+    """Clean test accuracy is an estimate too (over the model's n_test test images): its 95%
+    Wilson interval is in the frame, drawn as error bars, and a summary without n_test stops
+    with a message naming the column (no bare point)."""
+    import matplotlib.pyplot as plt
+    import numpy as np
+    from matplotlib.container import ErrorbarContainer
+
+    from atat.dose_response import dose_response_figure
+    from atat.stats.intervals import wilson_interval
+
+    frame = dose_response_frame(_summary(seeds=(0, 1)), POINTS, dataset="synthfaces",
+                                architecture="resnet18", attack="ppa", epsilons=EPS)
+    assert frame["n_test"].tolist() == [200] * 4                     # two seeds pooled
+    for i in range(4):
+        lo, hi = wilson_interval(2 * (50 + i), 200)
+        assert frame.loc[i, ["test_acc_ci_low", "test_acc_ci_high"]].tolist() == [lo, hi]
+    figs = []
+    real_close = plt.close
+    try:
+        plt.close = figs.append           # keep the figure open for inspection
+        dose_response_figure(frame, tmp_path / "d.png", attack="ppa", epsilons=EPS, title="t")
+    finally:
+        plt.close = real_close
+    ax = figs[0].axes[0]
+    acc = [c for c in ax.containers if isinstance(c, ErrorbarContainer)
+           and c.get_label() == "clean test acc."]
+    (seg,) = [lc.get_segments() for lc in acc[0].lines[2]]
+    assert np.allclose([(s[0][1], s[1][1]) for s in seg],
+                       frame[["test_acc_ci_low", "test_acc_ci_high"]].to_numpy())
+    assert "95% Wilson" in ax.get_legend().get_title().get_text()
+    real_close(figs[0])
+    with pytest.raises(ValueError, match="n_test"):
+        dose_response_frame(_summary().drop(columns="n_test"), POINTS, dataset="synthfaces",
+                            architecture="resnet18", attack="ppa", epsilons=EPS)
+
+
 def test_the_builder_writes_table_and_figure(tmp_path):
     csv = tmp_path / "summary.csv"
     _summary().to_csv(csv, index=False)
@@ -310,7 +347,7 @@ def test_the_rule_builds_one_point_per_lambda_from_a_summary(tmp_path):
     for i, p in enumerate(points):
         row = {"dataset": "synthfaces", "architecture": "resnet18", "defense": p.defense,
                "defense_type": "nodef" if p.defense == "nodef" else "atat", "seed": 0,
-               "replicate": None, "treatment": None, "test_acc": 0.55,
+               "replicate": None, "treatment": None, "test_acc": 0.55, "n_test": 100,
                "ppa_attacc1": (30 - i) / 100, "ppa_n_images": 100}
         for eps in demo["autoattack"]["epsilons"]:
             row[robust_column(eps)] = (40 - 3 * i) / 64

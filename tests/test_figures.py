@@ -7,6 +7,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+import matplotlib.collections
+import matplotlib.container
 import matplotlib.text
 import numpy as np
 import pandas as pd
@@ -48,23 +50,64 @@ def saved(monkeypatch):
     return figs
 
 
+#: the counts the rates of the fabricated summaries are over (test images, AutoAttack's
+#: images, attacked images per model)
+N_TEST, N_AA, N_IMAGES = 200, 100, 50
+
+
+def _k_over(x: float, n: int) -> float:
+    """``x`` rounded to a count over ``n`` (a rate as the records write it)."""
+    return float(np.clip(round(x * n), 0, n)) / n
+
+
 def crowded_summary(seed: int = 0) -> pd.DataFrame:
     """All 19 defenses of one cell within a few points of each other (the demo's situation:
-    the labels of Figure 4 have little room)."""
+    the labels of Figure 4 have little room); rates are counts over N_TEST / N_AA /
+    N_IMAGES, whose columns the summary records as the real one does."""
     rng = np.random.default_rng(seed)
     rows = []
     for d, dtype in DEFENSES.items():
         r = {"dataset": "synthfaces", "architecture": "resnet18", "defense": d,
              "defense_type": dtype, "seed": 0, "treatment": np.nan,
-             "test_acc": 0.55 + rng.normal(0, 0.02)}
+             "test_acc": _k_over(0.55 + rng.normal(0, 0.02), N_TEST), "n_test": N_TEST}
         for e, level in zip(EPS, (0.0, 0.2, 0.4, 0.55)):
-            r[f"robust_acc_eps{e:g}"] = float(np.clip(level + rng.normal(0, 0.03), 0, 1))
+            r[f"robust_acc_eps{e:g}"] = _k_over(level + rng.normal(0, 0.03), N_AA)
+            r[f"aa_n_examples_eps{e:g}"] = N_AA
         for a in ("ppa", "ifgmi", "ppdg"):
-            r[f"{a}_attacc1"] = 0.3 + rng.normal(0, 0.03)
+            r[f"{a}_attacc1"] = _k_over(0.3 + rng.normal(0, 0.03), N_IMAGES)
             r[f"{a}_dist_face"] = 1.0 + rng.normal(0, 0.04)
+            r[f"{a}_n_images"] = N_IMAGES
         rows.append(r)
     rows.append({**rows[0], "defense": "tldmi", "defense_type": "tldmi"})   # a coincident point
     return pd.DataFrame(rows)
+
+
+def per_image_of(summary: pd.DataFrame, n_classes: int = 5, seed: int = 0) -> pd.DataFrame:
+    """A per-image table (results/inversion/per_image.csv's columns) for every model and
+    attack of ``summary``: N_IMAGES images over ``n_classes`` classes, distances scattered
+    around the summary's value."""
+    rng = np.random.default_rng(seed)
+    rows = []
+    for r in summary.drop_duplicates(["dataset", "architecture", "defense", "seed"]).to_dict(
+            "records"):
+        for a in ("ppa", "ifgmi", "ppdg"):
+            if f"{a}_dist_face" not in r or pd.isna(r[f"{a}_dist_face"]):
+                continue
+            for i in range(N_IMAGES):
+                rows.append({"dataset": r["dataset"], "architecture": r["architecture"],
+                             "defense": r["defense"], "seed": r["seed"], "attack": a,
+                             "class": i % n_classes, "correct_top1": int(i < 10),
+                             "correct_top5": 1, "evalconf": 0.5,
+                             "dist_face": r[f"{a}_dist_face"] + rng.normal(0, 0.05)})
+    return pd.DataFrame(rows)
+
+
+def _bars(container):
+    """(x segments, y segments) of an ErrorbarContainer: per point ((x0, y0), (x1, y1))."""
+    cols = [lc.get_segments() for lc in container.lines[2]]
+    xs = cols[0] if container.has_xerr else None
+    ys = cols[-1] if container.has_yerr else None
+    return xs, ys
 
 
 def _extent(artist, renderer):
@@ -85,9 +128,10 @@ def _small_fonts(fig) -> list[tuple[str, float]]:
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_figure4_labels_do_not_overlap_each_other_or_the_points(tmp_path, seed):
+    summ = crowded_summary(seed)
     fig, n = figures._accuracy_vs_privacy_figure(
-        crowded_summary(seed), attacks=["ppa", "ifgmi"], metrics=["attacc1", "dist_face"],
-        architecture="resnet18")
+        summ, attacks=["ppa", "ifgmi"], metrics=["attacc1", "dist_face"],
+        architecture="resnet18", per_image=per_image_of(summ))
     assert n == 4
     fig.canvas.draw()
     renderer = fig.canvas.get_renderer()
@@ -105,8 +149,9 @@ def test_figure4_labels_do_not_overlap_each_other_or_the_points(tmp_path, seed):
 
 
 def test_figure4_names_the_attack_and_says_which_way_is_private(tmp_path, saved):
-    figures.accuracy_vs_privacy(crowded_summary(), tmp_path / "f4.png",
-                                metrics=["attacc1", "dist_face"], architecture="resnet18")
+    summ = crowded_summary()
+    figures.accuracy_vs_privacy(summ, tmp_path / "f4.png", metrics=["attacc1", "dist_face"],
+                                architecture="resnet18", per_image=per_image_of(summ))
     ylabels = [ax.get_ylabel() for ax in saved[0].axes]
     assert "PPA AttAcc@1\n(lower = more private)" in ylabels
     assert "IF-GMI δ_face (squared L2)\n(higher = more private)" in ylabels
@@ -138,7 +183,10 @@ def test_figure4_plots_atat_the_seven_baselines_and_nodef_only():
     names = {t.get_text() for t in fig.axes[0].get_children()
              if isinstance(t, matplotlib.text.Annotation)}
     assert names == {figures.label(figures.DEFENSE_LABELS, d) for d in FIGURE4}
-    assert len(fig.axes[0].collections) == len(FIGURE4)
+    points = [c for c in fig.axes[0].collections
+              if isinstance(c, matplotlib.collections.PathCollection)]
+    assert len(points) == len(FIGURE4)
+    assert len(fig.axes[0].containers) == len(FIGURE4)            # each with its error bars
 
 
 def test_figure4_stacks_attack_metric_rows_over_one_column_per_dataset():
@@ -148,7 +196,8 @@ def test_figure4_stacks_attack_metric_rows_over_one_column_per_dataset():
     df = pd.concat([df, df.assign(dataset="synthfaces_b")], ignore_index=True)
     fig, n = figures._accuracy_vs_privacy_figure(df, attacks=["ppa", "ifgmi"],
                                                  metrics=["attacc1", "dist_face"],
-                                                 architecture="resnet18")
+                                                 architecture="resnet18",
+                                                 per_image=per_image_of(df))
     assert n == 8
     assert fig.axes[0].get_subplotspec().get_geometry()[:2] == (4, 2)
     grid = [[ax for ax in fig.axes if ax.get_subplotspec().rowspan.start == r] for r in range(4)]
@@ -197,13 +246,13 @@ def test_robustness_figure_legend_beside_the_data_and_atat_red(tmp_path, saved):
 
 
 def test_figure2_legend_beside_the_data(tmp_path, saved):
-    from test_tables import simulated_summary
+    from test_tables import simulated_summary, with_counts
 
     from atat.stats.regression import load_specs
 
     specs = {s["name"]: s for s in load_specs(ROOT / "config" / "regressions.yaml")}
-    figures.observed_vs_predicted(simulated_summary(), specs["T15_ppa_generic_joint_ols"],
-                                  tmp_path / "f2.png")
+    figures.observed_vs_predicted(with_counts(simulated_summary()),
+                                  specs["T15_ppa_generic_joint_ols"], tmp_path / "f2.png")
     fig = saved[0]
     fig.canvas.draw()
     renderer = fig.canvas.get_renderer()
@@ -392,3 +441,137 @@ def test_robustness_figure_tells_several_atat_variants_apart(tmp_path, saved):
            zip(legend.get_texts(), legend.legend_handles) if h.get_color() == figures.ATAT_COLOR]
     assert [r[0] for r in red] == ["AT-AT", "AT-AT (λ = 0.25)", "AT-AT (λ = 1)"]
     assert len({r[1:] for r in red}) == 3
+
+
+# ------------------------------------------------------ error bars: 95% intervals (issue 45)
+
+def _two_defenses() -> tuple[pd.DataFrame, pd.DataFrame]:
+    """A small fabricated cell: NoDef (two seeds, pooled) and AT-AT (one seed), with the
+    counts the records write, and a per-image table whose per-class means are known."""
+    rows = [
+        {"defense": "nodef", "defense_type": "nodef", "seed": 0, "test_acc": 150 / 200,
+         "ppa_attacc1": 37 / 100, "ppa_dist_face": 1.0},
+        {"defense": "nodef", "defense_type": "nodef", "seed": 1, "test_acc": 146 / 200,
+         "ppa_attacc1": 41 / 100, "ppa_dist_face": 1.1},
+        {"defense": "atat", "defense_type": "atat", "seed": 0, "test_acc": 130 / 200,
+         "ppa_attacc1": 12 / 100, "ppa_dist_face": 1.5}]
+    summ = pd.DataFrame([{"dataset": "synthfaces", "architecture": "resnet18",
+                          "treatment": np.nan, "n_test": 200, "ppa_n_images": 100,
+                          "robust_acc_eps0.031": 10 / 64, "aa_n_examples_eps0.031": 64,
+                          "robust_acc_eps0.0025": 40 / 64 if r["defense"] == "atat" else 3 / 64,
+                          "aa_n_examples_eps0.0025": 64, **r} for r in rows])
+    dist = {("nodef", 0): [0.9, 1.0, 1.1], ("nodef", 1): [1.2, 1.0, 1.1],
+            ("atat", 0): [1.4, 1.5, 1.6]}
+    per_image = pd.DataFrame([
+        {"dataset": "synthfaces", "architecture": "resnet18", "defense": d, "seed": sd,
+         "attack": "ppa", "class": c, "correct_top1": 0, "correct_top5": 0,
+         "dist_face": v + 0.01 * k}
+        for (d, sd), vals in dist.items() for c, v in enumerate(vals) for k in (-1, 1)])
+    return summ, per_image
+
+
+def test_figure4_error_bars_are_the_tables_intervals():
+    """Both axes carry the 95% intervals of atat.stats.intervals: clean accuracy and AttAcc@1
+    Wilson over the pooled counts (test images, attacked images), δ_face the t interval over
+    per-class means of the per-image table (as Tables 27/28) -- plotted exactly."""
+    from atat.stats.intervals import t_interval_mean, wilson_interval
+
+    summ, per_image = _two_defenses()
+    fig, n = figures._accuracy_vs_privacy_figure(summ, attacks=["ppa"],
+                                                 metrics=["attacc1", "dist_face"],
+                                                 architecture="resnet18", per_image=per_image)
+    assert n == 2
+    acc = {"nodef": wilson_interval(296, 400), "atat": wilson_interval(130, 200)}
+    att = {"nodef": wilson_interval(78, 200), "atat": wilson_interval(12, 100)}
+    means = {"nodef": [(0.9 + 1.2) / 2, 1.0, 1.1], "atat": [1.4, 1.5, 1.6]}
+    dist = {d: t_interval_mean(v) for d, v in means.items()}
+    names = {"NoDef": "nodef", "AT-AT": "atat"}
+    for ax, expect in zip(fig.axes, (att, {d: (t["ci_low"], t["ci_high"])
+                                           for d, t in dist.items()})):
+        conts = [c for c in ax.containers
+                 if isinstance(c, matplotlib.container.ErrorbarContainer)]
+        assert sorted(c.get_label() for c in conts) == ["AT-AT", "NoDef"]
+        for c in conts:
+            d = names[c.get_label()]
+            (xseg,), (yseg,) = _bars(c)
+            assert (xseg[0][0], xseg[1][0]) == pytest.approx(acc[d])
+            assert (yseg[0][1], yseg[1][1]) == pytest.approx(expect[d])
+    # the point is the estimate its interval is about (pooled seeds; mean of class means)
+    pts = {tuple(np.round(o, 9)) for ax in fig.axes[1:] for c in ax.collections
+           if isinstance(c, matplotlib.collections.PathCollection) for o in c.get_offsets()}
+    assert (round(296 / 400, 9), round(dist["nodef"]["mean"], 9)) in pts
+    title = fig._suptitle.get_text().replace("\n", " ")
+    assert "95% intervals" in title and "Wilson" in title and "Student t" in title
+
+
+def test_figure4_without_a_count_stops_with_a_message():
+    summ, per_image = _two_defenses()
+    kw = dict(attacks=["ppa"], architecture="resnet18", per_image=per_image)
+    with pytest.raises(ValueError, match=r"lacks the count column\(s\) \['n_test'\]"):
+        figures._accuracy_vs_privacy_figure(summ.drop(columns="n_test"), metrics=["attacc1"],
+                                            **kw)
+    with pytest.raises(ValueError, match=r"\['ppa_n_images'\]"):
+        figures._accuracy_vs_privacy_figure(summ.drop(columns="ppa_n_images"),
+                                            metrics=["attacc1"], **kw)
+    with pytest.raises(ValueError, match="per-image table"):
+        figures._accuracy_vs_privacy_figure(summ, metrics=["dist_face"], attacks=["ppa"],
+                                            architecture="resnet18")
+    gap = summ.copy()
+    gap.loc[0, "n_test"] = np.nan                     # one model's record without its count
+    with pytest.raises(ValueError, match="nodef test_acc: missing value or image count"):
+        figures._accuracy_vs_privacy_figure(gap, metrics=["attacc1"], **kw)
+
+
+def test_robustness_figure_error_bars_are_wilson_intervals(tmp_path, saved):
+    from atat.stats.intervals import wilson_interval
+
+    summ, _ = _two_defenses()
+    csv = tmp_path / "s.csv"
+    summ.to_csv(csv, index=False)
+    figures.robust_accuracy_vs_epsilon(csv, tmp_path / "r.png", epsilons=[0.031, 0.0025])
+    ax = saved[0].axes[0]
+    conts = {c.get_label(): c for c in ax.containers}
+    (yseg,) = _bars(conts["NoDef"])[1:]
+    # ε ascending on the x axis: 0.0025 (3 + 3 of 2 x 64 images), 0.031 (10 + 10)
+    assert np.allclose([(s[0][1], s[1][1]) for s in yseg],
+                       [wilson_interval(6, 128), wilson_interval(20, 128)])
+    (star,) = _bars(conts["AT-AT clean"])[1:]
+    assert (star[0][0][1], star[0][1][1]) == pytest.approx(wilson_interval(130, 200))
+    assert "95% Wilson" in saved[0].legends[0].get_title().get_text()
+    with pytest.raises(ValueError, match=r"\['aa_n_examples_eps0.0025'\]"):
+        summ.drop(columns="aa_n_examples_eps0.0025").to_csv(csv, index=False)
+        figures.robust_accuracy_vs_epsilon(csv, tmp_path / "r2.png", epsilons=[0.031, 0.0025])
+
+
+def test_figure2_error_bars_in_both_axes(tmp_path, saved):
+    """Observed leakage: each model's Wilson interval over its attacked images; predicted
+    leakage: the 95% interval of the fitted mean (statsmodels, the fit's HC2 covariance)."""
+    from test_tables import simulated_summary, with_counts
+
+    from atat.stats.intervals import wilson_interval
+    from atat.stats.regression import build_design, fit_spec, load_specs
+
+    specs = {s["name"]: s for s in load_specs(ROOT / "config" / "regressions.yaml")}
+    spec = specs["T15_ppa_generic_joint_ols"]
+    summ = with_counts(simulated_summary())
+    info = figures.observed_vs_predicted(summ, spec, tmp_path / "f2.png")
+    arr = info["arrays"]
+    fit = fit_spec(summ, spec)
+    idx = fit["data"].index
+    expect = [wilson_interval(round(summ.loc[i, "ppa_attacc1"] * 100), 100) for i in idx]
+    assert np.allclose(arr["y_low"], [e[0] for e in expect])
+    assert np.allclose(arr["y_high"], [e[1] for e in expect])
+    band = fit["result"].get_prediction(build_design(fit["data"], fit["spec"])[0]).conf_int()
+    assert np.allclose(arr["x_low"], band[:, 0]) and np.allclose(arr["x_high"], band[:, 1])
+    assert (arr["x_low"] < arr["x"]).all() and (arr["x"] < arr["x_high"]).all()
+    # and that is what is drawn
+    ax = saved[0].axes[0]
+    xs, ys = zip(*[_bars(c) for c in ax.containers])
+    drawn_x = sorted((s[0][0], s[1][0]) for seg in xs for s in seg)
+    assert np.allclose(drawn_x, sorted(zip(arr["x_low"], arr["x_high"])))
+    drawn_y = sorted((s[0][1], s[1][1]) for seg in ys for s in seg)
+    assert np.allclose(drawn_y, sorted(zip(arr["y_low"], arr["y_high"])))
+    assert "95% intervals" in ax.get_legend().get_title().get_text()
+    with pytest.raises(ValueError, match=r"\['ppa_n_images'\]"):
+        figures.observed_vs_predicted(summ.drop(columns="ppa_n_images"), spec,
+                                      tmp_path / "f2b.png")

@@ -75,3 +75,17 @@ def test_per_class_t_intervals_groups():
         assert out.loc[d, "ci_low"] == pytest.approx(ref["ci_low"])
         assert out.loc[d, "n"] == 30
     assert out.loc["nodef", "ci_high"] < out.loc["atat", "ci_low"]
+
+
+def test_wilson_pooled_sums_counts_and_trials_and_names_what_is_missing():
+    from atat.stats.intervals import wilson_interval, wilson_pooled
+
+    est, lo, hi, n = wilson_pooled(pd.Series([37 / 100, 41 / 100]), pd.Series([100, 100]),
+                                   "bido ppa_attacc1")
+    assert (est, n) == (78 / 200, 200) and (lo, hi) == wilson_interval(78, 200)
+    # unequal trials: the pooled rate, not the mean of the rates
+    assert wilson_pooled([0.5, 0.0], [10, 30], "x")[0] == pytest.approx(5 / 40)
+    with pytest.raises(ValueError, match="bido test_acc: missing value or image count"):
+        wilson_pooled([0.5], [np.nan], "bido test_acc")
+    with pytest.raises(ValueError, match="not a multiple of 1/100"):
+        wilson_pooled([0.3333], [100], "x")

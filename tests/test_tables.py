@@ -73,6 +73,22 @@ def simulated_summary(seed: int = 0, causal: bool = True) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def with_counts(summary: pd.DataFrame, n_test: int = 200, n_images: int = 100) -> pd.DataFrame:
+    """``summary`` with the counts the figures' 95% intervals need, as the records write
+    them: clean test accuracy and every attack's AttAcc@1/@5 rounded to counts over
+    ``n_test`` / ``n_images``, with ``n_test`` and ``<attack>_n_images`` columns."""
+    out = summary.copy()
+    out["test_acc"] = (out["test_acc"] * n_test).round() / n_test
+    out["n_test"] = n_test
+    for a in ("ppa", "ifgmi", "ppdg"):
+        for m in ("attacc1", "attacc5"):
+            if f"{a}_{m}" in out.columns:
+                out[f"{a}_{m}"] = (out[f"{a}_{m}"] * n_images).round() / n_images
+        if f"{a}_attacc1" in out.columns:
+            out[f"{a}_n_images"] = n_images
+    return out
+
+
 def outs(tmp_path: Path, name: str) -> list[Path]:
     return [tmp_path / f"{name}.{e}" for e in ("csv", "md", "tex")]
 
@@ -348,12 +364,13 @@ def _png_pixels(path):
 def test_figure2_observed_vs_predicted(tmp_path):
     specs = {s["name"]: s for s in load_specs(ROOT / "config" / "regressions.yaml")}
     out = tmp_path / "f2.png"
-    info = observed_vs_predicted(simulated_summary(), specs["T15_ppa_generic_joint_ols"], out)
+    info = observed_vs_predicted(with_counts(simulated_summary()),
+                                 specs["T15_ppa_generic_joint_ols"], out)
     assert info["n"] == 18 and 0 < info["r2"] <= 1
     img = _png_pixels(out)
     assert img.shape[0] > 300 and img[..., :3].std() > 0.05
-    info_b = observed_vs_predicted(simulated_summary(), specs["T15_ppa_generic_joint_beta"],
-                                   tmp_path / "f2b.png")
+    info_b = observed_vs_predicted(with_counts(simulated_summary()),
+                                   specs["T15_ppa_generic_joint_beta"], tmp_path / "f2b.png")
     assert info_b["n"] == 18
 
 
@@ -375,7 +392,16 @@ def test_figure4_on_the_demo_summary():
     (SynthFaces-B / ResNet-18 trains no AT-AT); PPDG only on the main cell, a note elsewhere."""
     from atat.figures import _accuracy_vs_privacy_figure
 
-    fig, n = _accuracy_vs_privacy_figure(pd.read_csv(DEMO_SUMMARY),
+    demo = pd.read_csv(DEMO_SUMMARY)
+    # the fixture predates the summary's n_test column: the figure says what it lacks rather
+    # than drawing points without intervals
+    with pytest.raises(ValueError, match=r"lacks the count column\(s\) \['n_test'\]"):
+        _accuracy_vs_privacy_figure(demo, attacks=["ppa"], metrics=["attacc1"],
+                                    architecture="resnet18")
+    # that run's test split had 60 images (docs/decisions.md#the-test-split-60--1260-images):
+    # every test accuracy of the fixture is a count over 60
+    assert ((demo["test_acc"] * 60).round() - demo["test_acc"] * 60).abs().max() < 1e-6
+    fig, n = _accuracy_vs_privacy_figure(demo.assign(n_test=60),
                                          attacks=["ppa", "ifgmi", "ppdg"],
                                          metrics=["attacc1"], architecture="resnet18")
     assert n == 3 + 2 + 1   # PPA on 3 datasets, IF-GMI on the 2 face populations, PPDG on 1
@@ -396,12 +422,13 @@ def test_figure4_on_the_demo_summary():
 
 def test_figure4_highlights_atat(tmp_path):
     out = tmp_path / "f4.png"
-    n = accuracy_vs_privacy(simulated_summary(), out, metrics=["attacc1", "dist_face"])
+    n = accuracy_vs_privacy(with_counts(simulated_summary()), out,
+                            metrics=["attacc1", "attacc5"])
     assert n == 3 * 2 * 2  # (ppa, ifgmi, ppdg) x 2 metrics x 2 datasets
     img = _png_pixels(out)[..., :3]
     red = np.array([0xD6, 0x27, 0x28]) / 255  # tab:red
     assert (np.abs(img - red).sum(axis=-1) < 0.05).sum() > 50
-    no_atat = simulated_summary()
+    no_atat = with_counts(simulated_summary())
     no_atat = no_atat[no_atat["defense_type"] != "atat"]
     accuracy_vs_privacy(no_atat, tmp_path / "f4b.png")
     img = _png_pixels(tmp_path / "f4b.png")[..., :3]

@@ -10,7 +10,8 @@ The sweep itself (which lambdas, which model gives each: the grid's AT-AT varian
 ``results/tables/dose_response.{csv,md}`` and ``results/figures/dose_response.png``.
 
 Intervals (:mod:`atat.stats.intervals`, as the rest of the project): Wilson score 95%
-intervals of binomial proportions -- robust accuracy over AutoAttack's ``n_examples``
+intervals of binomial proportions -- clean test accuracy over the model's test images
+(``n_test``), robust accuracy over AutoAttack's ``n_examples``
 validation images (``aa_n_examples_eps<ε>`` of the summary), AttAcc@1 over the attack's
 images (``<attack>_n_images``). Several seeds of one lambda are pooled (counts and trials
 summed), as the App. I.3 tables pool seeds; the interval then ignores the between-seed
@@ -27,6 +28,7 @@ import pandas as pd
 from atat.config import eps_tag
 from atat.paper import ARCH_LABELS, ATTACK_NAMES, DATASET_LABELS, DEFENSE_LABELS, output
 from atat.paper import label as _label
+from atat.stats.intervals import wilson_pooled as _pooled
 from atat.summary import robust_column
 
 #: the role of a point's model in the table's ``model`` column
@@ -34,33 +36,15 @@ ROLES = {"zero": "lambda = 0 control", "base": "the grid's model",
          "generated": "generated variant"}
 
 
-def _pooled(rates: pd.Series, trials: pd.Series, what: str) -> tuple[float, float, float, int]:
-    """Pooled proportion of per-seed rates measured on ``trials`` images, with its Wilson
-    95% interval: (estimate, low, high, n)."""
-    from atat.stats.intervals import wilson_interval
-
-    counts, n = 0, 0
-    for rate, k in zip(rates, trials):
-        if pd.isna(rate) or pd.isna(k):
-            raise ValueError(f"{what}: missing value or image count in the summary")
-        k = int(k)
-        c = float(rate) * k
-        if abs(c - round(c)) > 1e-6 * max(k, 1):
-            raise ValueError(f"{what}: rate {rate} is not a multiple of 1/{k}")
-        counts += int(round(c))
-        n += k
-    lo, hi = wilson_interval(counts, n)
-    return counts / n, lo, hi, n
-
-
 def dose_response_frame(summary: pd.DataFrame, points: Sequence[Mapping[str, Any]], *,
                         dataset: str, architecture: str, attack: str,
                         epsilons: Sequence[float], zero: str | None = None) -> pd.DataFrame:
     """One row per point (``points``: mappings with ``weight_adv``, ``defense``,
     ``generated``; lambda order kept): lambda, the model's defense variant and role, seeds,
-    clean test accuracy (mean over seeds), robust accuracy at each epsilon and AttAcc@1 of
-    ``attack``, each with its Wilson 95% interval and number of images. Raises when a
-    point's model or a column is not in the summary (a point is never dropped silently)."""
+    clean test accuracy (over the test images, ``n_test``), robust accuracy at each epsilon
+    and AttAcc@1 of ``attack``, each with its Wilson 95% interval and number of images.
+    Raises when a point's model or a column is not in the summary (a point is never dropped
+    silently)."""
     if not points:
         raise ValueError("dose-response: no points")
     df = summary
@@ -68,7 +52,7 @@ def dose_response_frame(summary: pd.DataFrame, points: Sequence[Mapping[str, Any
         df = df[df["treatment"].isna()]  # causal replicates are another experiment
     cell = df[(df["dataset"] == dataset) & (df["architecture"] == architecture)]
     acc_col, n_img_col = f"{attack}_attacc1", f"{attack}_n_images"
-    need = ["test_acc", acc_col, n_img_col]
+    need = ["test_acc", "n_test", acc_col, n_img_col]
     for eps in epsilons:
         need += [robust_column(eps), f"aa_n_examples_eps{eps_tag(eps)}"]
     missing = [c for c in need if c not in summary.columns]
@@ -84,8 +68,10 @@ def dose_response_frame(summary: pd.DataFrame, points: Sequence[Mapping[str, Any
         role = ("generated" if p.get("generated") else
                 "zero" if zero is not None and defense == zero and lam == 0 else "base")
         row: dict[str, Any] = {"weight_adv": lam, "defense": defense, "model": ROLES[role],
-                               "n_seeds": int(part["seed"].nunique()),
-                               "test_acc": float(part["test_acc"].mean())}
+                               "n_seeds": int(part["seed"].nunique())}
+        est, lo, hi, n = _pooled(part["test_acc"], part["n_test"], f"{defense} test_acc")
+        row.update({"test_acc": est, "test_acc_ci_low": lo, "test_acc_ci_high": hi,
+                    "n_test": n})
         for eps in epsilons:
             col = robust_column(eps)
             est, lo, hi, n = _pooled(part[col], part[f"aa_n_examples_eps{eps_tag(eps)}"],
@@ -111,7 +97,7 @@ def _markdown(frame: pd.DataFrame, *, attack: str, epsilons: Sequence[float],
     for _, r in frame.iterrows():
         row = {"lambda": f"{r['weight_adv']:g}",
                "Model": _label(DEFENSE_LABELS, r["defense"]) + f" ({r['model']})",
-               "Test acc.": f"{r['test_acc']:.3f}"}
+               "Test acc.": ci(r, "test_acc")}
         for eps in epsilons:
             row[f"Robust acc. eps={eps:g}"] = ci(r, robust_column(eps))
         row[f"{ATTACK_NAMES.get(attack, attack)} AttAcc@1"] = ci(r, acc_col)
@@ -123,7 +109,8 @@ def dose_response_figure(frame: pd.DataFrame, out_png: str | Path, *, attack: st
                          epsilons: Sequence[float], title: str,
                          chance: float | None = None) -> None:
     """Two panels against lambda: robust accuracy at each epsilon (and clean test
-    accuracy, dashed) and AttAcc@1 of ``attack`` (chance level dotted), 95% error bars."""
+    accuracy, dashed) and AttAcc@1 of ``attack`` (chance level dotted), each with its 95%
+    Wilson interval as error bars (the legends say so)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -146,23 +133,26 @@ def dose_response_figure(frame: pd.DataFrame, out_png: str | Path, *, attack: st
                             x=4.0 * (k - (len(order) - 1) / 2))
         ax.errorbar(lam, y, yerr=err, marker="o", ms=4, capsize=2, label=f"eps = {eps:g}",
                     transform=shift)
-    ax.plot(lam, frame["test_acc"].to_numpy(dtype=float), ls="--", color="gray",
-            marker=".", label="clean test acc.")
+    acc = frame["test_acc"].to_numpy(dtype=float)
+    ax.errorbar(lam, acc, yerr=[acc - frame["test_acc_ci_low"].to_numpy(dtype=float),
+                                frame["test_acc_ci_high"].to_numpy(dtype=float) - acc],
+                ls="--", color="gray", marker=".", capsize=2, label="clean test acc.")
     ax.set_xlabel("lambda (weight_adv)")
     ax.set_ylabel("AutoAttack robust accuracy (worst case)")
     ax.set_ylim(-0.02, 1.02)
     ax.set_title("robustness", fontsize=10)
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=8, title="bars: 95% Wilson intervals", title_fontsize=8)
     ax.grid(alpha=0.3)
     ax = axes[1]
     col = f"{attack}_attacc1"
     y = frame[col].to_numpy(dtype=float)
     err = [y - frame[f"{col}_ci_low"].to_numpy(dtype=float),
            frame[f"{col}_ci_high"].to_numpy(dtype=float) - y]
-    ax.errorbar(lam, y, yerr=err, marker="o", capsize=3, color="tab:red")
+    ax.errorbar(lam, y, yerr=err, marker="o", capsize=3, color="tab:red",
+                label="AttAcc@1, 95% Wilson interval")
     if chance is not None:
         ax.axhline(chance, ls=":", color="gray", label=f"chance ({chance:.3f})")
-        ax.legend(fontsize=8)
+    ax.legend(fontsize=8)
     ax.set_xlabel("lambda (weight_adv)")
     ax.set_ylabel(f"{ATTACK_NAMES.get(attack, attack)} AttAcc@1 (lower = more private)")
     ax.set_ylim(-0.02, 1.02)
@@ -200,7 +190,10 @@ def dose_response(summary_csv: str | Path, outputs: Sequence[str | Path], *,
                                                      cell=cell)
     n_seeds = int(frame["n_seeds"].max())
     n_aa = int(frame[f"{robust_column(epsilons[0])}_n"].max())
-    caption += (f" Robust accuracy over AutoAttack's {n_aa} validation images, AttAcc@1 over "
+    n_test = int(frame["n_test"].max())
+    caption += (f" Error bars and brackets: 95% Wilson score intervals; clean test accuracy "
+                f"over the {n_test} test images, robust accuracy over AutoAttack's {n_aa} "
+                f"validation images, AttAcc@1 over "
                 f"the attack's images; {n_seeds} seed(s) per point (pooled). lambda = 0: "
                 + (f"the '{zero}' model." if zero else "an AT-AT model trained with lambda 0."))
     for out in map(Path, outputs):

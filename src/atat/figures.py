@@ -6,6 +6,17 @@ Legibility rules every figure here follows (issue 17 item 6): text at least
 (:func:`defense_style`); point labels never overlap (:func:`place_labels`); column titles of
 image grids wrapped to their column (:func:`wrap_title`); small images upscaled with
 nearest-neighbour interpolation (each pixel a visible square, nothing smoothed away).
+
+Every figure that compares defenses (Figure 4, Figure 2, robust accuracy vs ε; the
+dose-response in :mod:`atat.dose_response`) draws the 95% intervals the tables compute, from
+:mod:`atat.stats.intervals`, in both axes where both are estimates (issue 45 item 6): Wilson
+score intervals for rates (clean test accuracy over the model's ``n_test`` test images, robust
+accuracy over AutoAttack's ``aa_n_examples_eps<ε>`` images, AttAcc@1/@5 over the attack's
+``<attack>_n_images`` images; several seeds pooled, counts and trials summed), Student-t
+intervals over per-class means for EvalConf and the distances δ (the per-image table, as
+Tables 27/28), and for Figure 2's predicted leakage the 95% interval of the fitted mean of the
+regression. A figure whose input lacks a count stops with a message naming the column -- it
+never draws bare points. Each figure says on its face which intervals its bars are.
 """
 
 from __future__ import annotations
@@ -20,9 +31,12 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from atat import io  # noqa: E402
+from atat.config import eps_tag  # noqa: E402
+from atat.stats.intervals import t_interval_mean, wilson_pooled  # noqa: E402
 from atat.summary import robust_column  # noqa: E402
 from atat.paper import (ARCH_LABELS, ATTACK_NAMES, DATASET_LABELS,  # noqa: E402
                         DEFENSE_LABELS, FIGURE4_TYPES, label)
@@ -160,15 +174,48 @@ def _save(fig, out_png: str | Path, *, layout: bool = True) -> None:
     plt.close(fig)
 
 
+#: What the error bars of a figure comparing defenses are (said on each figure's face).
+WILSON_NOTE = "bars: 95% Wilson intervals"
+
+
+def require_counts(df: pd.DataFrame, columns: Sequence[str], what: str) -> None:
+    """Stop with a message naming the count columns ``what`` needs for its 95% intervals
+    and lacks (a summary written before they were recorded): a figure without them would
+    plot bare points."""
+    missing = [c for c in dict.fromkeys(columns) if c not in df.columns]
+    if missing:
+        raise ValueError(
+            f"{what}: the summary lacks the count column(s) {missing} needed for the 95% "
+            "intervals (n_test from each model's metrics.json, aa_n_examples_eps<ε> from "
+            "the AutoAttack records, <attack>_n_images from the inversion records); rebuild "
+            "the summary (atat.summary.build_summary) from records that have them")
+
+
+def _wilson_bar(rates: pd.Series, counts: pd.Series, what: str) -> tuple[float, float, float]:
+    """(estimate, low, high): seeds pooled, Wilson 95%
+    (:func:`atat.stats.intervals.wilson_pooled`)."""
+    est, lo, hi, _ = wilson_pooled(rates, counts, what)
+    return est, lo, hi
+
+
+def _err(est: Sequence[float], lo: Sequence[float], hi: Sequence[float]) -> list[list[float]]:
+    """matplotlib's asymmetric ``xerr``/``yerr`` ([below], [above]) from interval bounds."""
+    return [[e - a for e, a in zip(est, lo)], [b - e for e, b in zip(est, hi)]]
+
+
 def robust_accuracy_vs_epsilon(summary_csv: str | Path, out_png: str | Path, *,
                                epsilons: Sequence[float]) -> None:
     """One panel per (dataset, architecture), up to 3 a row (4: 2 x 2): worst-case AutoAttack
     robust accuracy against epsilon (log scale, [0, 1] pixel units) for each defense; clean
     test accuracy drawn as a star at the left edge. AT-AT in red and thicker; one legend
-    beside the panels."""
+    beside the panels. Each point carries its 95% Wilson interval (robust accuracy over
+    ``aa_n_examples_eps<ε>`` images, clean accuracy over ``n_test``; seeds pooled): a summary
+    without those counts is an error (:func:`require_counts`)."""
     df = pd.read_csv(summary_csv)
     eps = sorted(float(e) for e in epsilons)
     cols = [robust_column(e) for e in eps]
+    n_cols = [f"aa_n_examples_eps{eps_tag(e)}" for e in eps]
+    require_counts(df, [*n_cols, "n_test"], f"{summary_csv} (robust accuracy vs ε)")
     panels = list(df.groupby(["dataset", "architecture"], sort=True))
     is_atat = {d: bool((df.loc[df["defense"] == d, "defense_type"] == "atat").any())
                for d in dict.fromkeys(df["defense"])}
@@ -188,10 +235,17 @@ def robust_accuracy_vs_epsilon(summary_csv: str | Path, out_png: str | Path, *,
                 style = dict(atat_style(atats.index(defense)), zorder=3)
             else:
                 style = defense_style(others.index(defense))
-            mean = rows[cols].mean()
-            line, = ax.plot(eps, mean.values, ms=5, **style)
-            ax.scatter([eps[0] / 3], [rows["test_acc"].mean()], marker="*", s=70,
-                       color=line.get_color(), zorder=3)
+            bars = [_wilson_bar(rows[c], rows[n], f"{summary_csv}: {defense} {c}")
+                    for c, n in zip(cols, n_cols)]
+            est, lo, hi = (list(v) for v in zip(*bars))
+            cont = ax.errorbar(eps, est, yerr=_err(est, lo, hi), ms=5, capsize=2,
+                               elinewidth=0.8, label=label(DEFENSE_LABELS, defense), **style)
+            line = cont.lines[0]
+            a, a_lo, a_hi = _wilson_bar(rows["test_acc"], rows["n_test"],
+                                        f"{summary_csv}: {defense} test_acc")
+            ax.errorbar([eps[0] / 3], [a], yerr=_err([a], [a_lo], [a_hi]), marker="*", ms=10,
+                        ls="none", capsize=2, elinewidth=0.8, color=line.get_color(),
+                        zorder=3, label=f"{label(DEFENSE_LABELS, defense)} clean")
             handles.setdefault(defense, line)
         ax.set_xscale("log")
         ax.set_ylim(-0.03, 1.03)
@@ -202,7 +256,8 @@ def robust_accuracy_vs_epsilon(summary_csv: str | Path, out_png: str | Path, *,
         ax.tick_params(labelsize=MIN_FONT_PT)
         ax.grid(alpha=0.3)
     fig.legend(list(handles.values()), [label(DEFENSE_LABELS, d) for d in handles],
-               loc="outside right upper", fontsize=MIN_FONT_PT, frameon=False)
+               loc="outside right upper", fontsize=MIN_FONT_PT, frameon=False,
+               title=f"{WILSON_NOTE}\n(seeds pooled)", title_fontsize=MIN_FONT_PT)
     _save(fig, out_png, layout=False)
 
 
@@ -232,7 +287,15 @@ def observed_vs_predicted(summary: pd.DataFrame, spec: dict, out_png: str | Path
     """Figure 2: observed leakage against the leakage predicted by one regression spec
     (normally Table 5's joint OLS, T15_ppa_generic_joint_ols), one point per model, one
     colour/marker per defense (legend beside the axes), with the 45-degree line; R2 and MAE
-    in the title. Returns n, R2 and MAE.
+    in the title. Returns n, R2 and MAE, and the plotted arrays (``arrays``: per model
+    ``x`` (predicted), ``x_low``/``x_high`` and ``y`` (observed), ``y_low``/``y_high``).
+
+    Both axes are estimates, both carry 95% intervals: observed leakage (a rate
+    ``<attack>_attacc1``/``_attacc5``) its Wilson interval over the model's
+    ``<attack>_n_images`` attacked images; predicted leakage the 95% interval of the fitted
+    mean (statsmodels ``get_prediction``, with the fit's own covariance: HC2 t for OLS, Wald
+    for Beta). A summary without the count column is an error (:func:`require_counts`), as
+    is a response that is no such rate or a spec that averages seeds (no per-model count).
 
     A spec that cannot be fitted on ``summary`` (:class:`atat.stats.regression.SpecSkipped`:
     too few models, missing columns, collinear design, ...) gives a figure that says so and
@@ -251,17 +314,43 @@ def observed_vs_predicted(summary: pd.DataFrame, spec: dict, out_png: str | Path
                 ha="center", va="center", fontsize=9, transform=ax.transAxes)
         _save(fig, out_png)
         return {"skipped": reason}
+    from atat.stats.intervals import wilson_from_rate
+    from atat.stats.regression import build_design
+
     data = fit["data"]
     res = fit["result"]
+    response_col = fit["spec"]["response"]
+    attack, _, metric = response_col.partition("_")
+    if metric not in ("attacc1", "attacc5"):
+        raise ValueError(f"Figure 2 (spec {spec['name']}): response {response_col} is not an "
+                         "attack rate <attack>_attacc1/_attacc5, whose per-model 95% Wilson "
+                         "interval the figure draws")
+    if fit["spec"].get("aggregate_seeds") or fit["spec"].get("units") == "percent":
+        raise ValueError(f"Figure 2 (spec {spec['name']}): the figure draws one point per model "
+                         "with its Wilson interval; a spec that averages seeds or works in "
+                         "percent has no per-model count")
+    n_col = f"{attack}_n_images"
+    require_counts(summary, [n_col], f"Figure 2 (spec {spec['name']})")
+    X, _ = build_design(data, fit["spec"])
     if fit["spec"]["family"] == "ols":
-        pred = res.fittedvalues
+        prediction = res.get_prediction(X)
     else:
-        from atat.stats.regression import build_design
-
-        X, _ = build_design(data, fit["spec"])
-        pred = res.model.predict(res.params, exog=X, which="mean")
-    pred = pd.Series(pred.to_numpy() if hasattr(pred, "to_numpy") else pred, index=data.index)
-    y = data[fit["spec"]["response"]]
+        prediction = res.get_prediction(exog=X, which="mean")
+    pred = pd.Series(np.asarray(prediction.predicted, float), index=data.index)
+    band = np.asarray(prediction.conf_int(alpha=0.05), float)
+    pred_lo = pd.Series(band[:, 0], index=data.index)
+    pred_hi = pd.Series(band[:, 1], index=data.index)
+    y = data[response_col]
+    obs = []
+    for i in data.index:
+        n_images = summary.loc[i, n_col]
+        if pd.isna(n_images):
+            raise ValueError(f"Figure 2 (spec {spec['name']}): the {data.loc[i, 'defense']} "
+                             f"model of row {i} has no {n_col} (its inversion record lacks "
+                             "n_images)")
+        obs.append(wilson_from_rate(float(summary.loc[i, response_col]), int(n_images)))
+    y_lo = pd.Series([o[0] for o in obs], index=data.index)
+    y_hi = pd.Series([o[1] for o in obs], index=data.index)
     fig, ax = plt.subplots(figsize=(6.4, 4.4))
     atat = set(summary.loc[summary["defense_type"] == "atat", "defense"]
                if "defense_type" in summary.columns else [])
@@ -272,10 +361,15 @@ def observed_vs_predicted(summary: pd.DataFrame, spec: dict, out_png: str | Path
             style, n_atat = dict(style, edgecolor="black", zorder=3), n_atat + 1
         else:
             style, others = defense_style(others), others + 1
+        ax.errorbar(pred.loc[idx], y.loc[idx],
+                    xerr=_err(pred.loc[idx], pred_lo.loc[idx], pred_hi.loc[idx]),
+                    yerr=_err(y.loc[idx], y_lo.loc[idx], y_hi.loc[idx]), fmt="none",
+                    ecolor=style["color"], elinewidth=0.7, capsize=1.5, alpha=0.7,
+                    zorder=style.get("zorder", 2) - 0.5)
         ax.scatter(pred.loc[idx], y.loc[idx], label=label(DEFENSE_LABELS, defense), s=36,
                    **style)
-    lo = float(min(pred.min(), y.min(), 0.0))
-    hi = float(max(pred.max(), y.max(), 1.0))
+    lo = float(min(pred_lo.min(), y_lo.min(), 0.0))
+    hi = float(max(pred_hi.max(), y_hi.max(), 1.0))
     ax.plot([lo, hi], [lo, hi], color="grey", lw=1, ls="--", label="observed = predicted")
     st = fit["stats"]
     r2 = st.get("r2", st.get("pseudo_r2"))
@@ -288,9 +382,14 @@ def observed_vs_predicted(summary: pd.DataFrame, spec: dict, out_png: str | Path
     ax.set_aspect("equal", adjustable="box")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=MIN_FONT_PT, loc="upper left", bbox_to_anchor=(1.02, 1.0),
-              borderaxespad=0.0, frameon=False)
+              borderaxespad=0.0, frameon=False, title_fontsize=MIN_FONT_PT,
+              title="bars: 95% intervals\nobserved: Wilson (images)\npredicted: fitted mean")
     _save(fig, out_png)
-    return {"n": int(st["n"]), "r2": float(r2), "mae": float(st["mae"])}
+    arrays = {"x": pred.to_numpy(), "x_low": pred_lo.to_numpy(), "x_high": pred_hi.to_numpy(),
+              "y": y.to_numpy(dtype=float), "y_low": y_lo.to_numpy(),
+              "y_high": y_hi.to_numpy()}
+    return {"n": int(st["n"]), "r2": float(r2), "mae": float(st["mae"]), "arrays": arrays}
+
 
 
 #: Figure 4 privacy metrics: column suffix -> axis label, and whether lower = more private.
@@ -307,8 +406,59 @@ def metric_label(column: str) -> str:
     return column
 
 
+#: Figure 4's metrics that are rates over attacked images (Wilson intervals, count
+#: ``<attack>_n_images``); the others are means over per-class means (t intervals).
+RATE_METRICS = ("attacc1", "attacc5")
+
+
+def privacy_points(summary: pd.DataFrame, per_image: pd.DataFrame | None, *, attack: str,
+                   metric: str, what: str = "Figure 4") -> pd.DataFrame:
+    """One row per defense of ``summary`` (one cell's models; several seeds pooled) with
+    clean test accuracy and ``<attack>_<metric>``, each with its 95% interval: columns
+    ``defense``, ``defense_type``, ``test_acc``, ``test_acc_low``/``_high`` (Wilson over the
+    models' ``n_test`` test images) and ``value``, ``value_low``/``_high``: for AttAcc@1/@5
+    the Wilson interval over the attacked images (``<attack>_n_images``), for EvalConf and
+    the distances the Student-t interval over per-class means of the models' rows of
+    ``per_image`` (App. I.3, as Tables 27/28; one class: no interval, NaN). Defenses without
+    a value of the metric are left out. Raises when a count or the per-image table is
+    missing."""
+    col = f"{attack}_{metric}"
+    rate = metric in RATE_METRICS
+    require_counts(summary, ["n_test"] + ([f"{attack}_n_images"] if rate else []), what)
+    if not rate:
+        if per_image is None:
+            raise ValueError(f"{what}: {col}'s 95% t interval over per-class means needs the "
+                             "per-image table (results/inversion/per_image.csv)")
+        need = ["dataset", "architecture", "defense", "seed", "attack", "class", metric]
+        missing = [c for c in need if c not in per_image.columns]
+        if missing:
+            raise ValueError(f"{what}: the per-image table lacks columns {missing} ({col})")
+    rows = []
+    for (defense, dtype), g in summary.groupby(["defense", "defense_type"], sort=True):
+        g = g[g[col].notna()]
+        if g.empty:
+            continue
+        acc = _wilson_bar(g["test_acc"], g["n_test"], f"{what}: {defense} test_acc")
+        if rate:
+            val = _wilson_bar(g[col], g[f"{attack}_n_images"], f"{what}: {defense} {col}")
+        else:
+            keys = g[["dataset", "architecture", "defense", "seed"]].drop_duplicates()
+            mine = per_image[per_image["attack"] == attack].merge(keys, how="inner")
+            if mine.empty or mine[metric].isna().all():
+                raise ValueError(f"{what}: the per-image table has no {attack} rows with "
+                                 f"{metric} of the {defense} model(s) {keys.to_dict('records')}")
+            t = t_interval_mean(mine.groupby("class")[metric].mean())
+            val = (t["mean"], t["ci_low"], t["ci_high"])
+        rows.append({"defense": defense, "defense_type": dtype, "test_acc": acc[0],
+                     "test_acc_low": acc[1], "test_acc_high": acc[2], "value": val[0],
+                     "value_low": val[1], "value_high": val[2]})
+    return pd.DataFrame(rows, columns=["defense", "defense_type", "test_acc", "test_acc_low",
+                                       "test_acc_high", "value", "value_low", "value_high"])
+
+
 def _accuracy_vs_privacy_figure(summary: pd.DataFrame, *, attacks: Sequence[str],
-                                metrics: Sequence[str], architecture: str | None):
+                                metrics: Sequence[str], architecture: str | None,
+                                per_image: pd.DataFrame | None = None):
     """The figure of :func:`accuracy_vs_privacy`, labels placed, not saved: ``(fig, n)``."""
     df = summary
     if "treatment" in df.columns:
@@ -337,9 +487,8 @@ def _accuracy_vs_privacy_figure(summary: pd.DataFrame, *, attacks: Sequence[str]
             ax = axes[i][j]
             col = f"{attack}_{metric}"
             name, lower_private = PRIVACY_METRICS.get(metric, (metric, True))
-            part = df[df["dataset"] == dataset].groupby(["defense", "defense_type"],
-                                                          as_index=False)[["test_acc", col]].mean()
-            part = part.dropna(subset=["test_acc", col])
+            part = privacy_points(df[df["dataset"] == dataset], per_image, attack=attack,
+                                  metric=metric)
             if part.empty:              # the attack did not run on this cell (a budget choice)
                 ax.axis("off")
                 ax.text(0.5, 0.5, f"{label(ATTACK_NAMES, attack)} not run on\n"
@@ -350,7 +499,13 @@ def _accuracy_vs_privacy_figure(summary: pd.DataFrame, *, attacks: Sequence[str]
                                name=[label(DEFENSE_LABELS, d) for d in part["defense"]])
             part = part.sort_values(["is_atat", "name"], ascending=[False, True])
             for r in part.itertuples(index=False):
-                ax.scatter(r.test_acc, getattr(r, col), s=90 if r.is_atat else 40,
+                colour = "tab:red" if r.is_atat else "tab:blue"
+                ax.errorbar([r.test_acc], [r.value],
+                            xerr=_err([r.test_acc], [r.test_acc_low], [r.test_acc_high]),
+                            yerr=_err([r.value], [r.value_low], [r.value_high]), fmt="none",
+                            ecolor=colour, elinewidth=0.8, capsize=2, alpha=0.6,
+                            zorder=2.5 if r.is_atat else 1.8, label=r.name)
+                ax.scatter(r.test_acc, r.value, s=90 if r.is_atat else 40,
                            color="tab:red" if r.is_atat else "tab:blue",
                            zorder=3 if r.is_atat else 2,
                            edgecolor="black" if r.is_atat else "none")
@@ -365,30 +520,39 @@ def _accuracy_vs_privacy_figure(summary: pd.DataFrame, *, attacks: Sequence[str]
             ax.set_title(cell_title(dataset, architecture), fontsize=9)
             ax.tick_params(labelsize=MIN_FONT_PT)
             ax.grid(alpha=0.3)
-            to_label.append((ax, part, col))
+            to_label.append((ax, part))
             drawn += 1
+    kinds = ["Wilson score (clean test accuracy" + (
+        ", AttAcc" if any(m in RATE_METRICS for _, m in rows) else "") + ")"]
+    if any(m not in RATE_METRICS for _, m in rows):
+        kinds.append("Student t over per-class means (EvalConf, δ)")
+    fig.suptitle(wrap_title(f"Bars: 95% intervals, {'; '.join(kinds)}; seeds pooled",
+                            4.6 * len(datasets) - 0.3, 9), fontsize=9)
     fig.tight_layout()
     fig.canvas.draw()                   # once: the layout is final, the labels do not move it
     renderer = fig.canvas.get_renderer()
-    for ax, part, col in to_label:
-        place_labels(ax, part["test_acc"].tolist(), part[col].tolist(), part["name"].tolist(),
-                     marker_px=11.0, renderer=renderer)
+    for ax, part in to_label:
+        place_labels(ax, part["test_acc"].tolist(), part["value"].tolist(),
+                     part["name"].tolist(), marker_px=11.0, renderer=renderer)
     return fig, drawn
 
 
 def accuracy_vs_privacy(summary: pd.DataFrame, out_png: str | Path, *,
                         attacks: Sequence[str] = ("ppa", "ifgmi", "ppdg"),
                         metrics: Sequence[str] = ("attacc1",),
-                        architecture: str | None = "resnet152") -> int:
+                        architecture: str | None = "resnet152",
+                        per_image: pd.DataFrame | None = None) -> int:
     """Figure 4: clean test accuracy (x) against each privacy metric (y) for AT-AT, the seven
     baselines and NoDef (:data:`atat.paper.FIGURE4_TYPES`, each cell's own model of each),
     one row of panels per (attack, metric) and one column per dataset; AT-AT in red and larger.
     Each point is labelled with its defense, the labels placed so that none overlaps another
     or a point (:func:`place_labels`; a leader line joins a label set away from its point).
     Only attack/metric columns present in ``summary`` are drawn; returns the number of panels
-    (raises if there is none)."""
+    (raises if there is none). Both axes carry 95% intervals (:func:`privacy_points`: Wilson
+    for test accuracy and AttAcc, t over per-class means of ``per_image`` for EvalConf and δ;
+    the figure's title says so); a missing count or per-image table is an error."""
     fig, drawn = _accuracy_vs_privacy_figure(summary, attacks=attacks, metrics=metrics,
-                                             architecture=architecture)
+                                             architecture=architecture, per_image=per_image)
     _save(fig, out_png, layout=False)
     return drawn
 

@@ -10,4 +10,5 @@ from atat.figures import accuracy_vs_privacy  # noqa: E402
 
 accuracy_vs_privacy(pd.read_csv(snakemake.input.summary), snakemake.output[0],  # noqa: F821
                     attacks=snakemake.params.attacks, metrics=snakemake.params.metrics,  # noqa: F821
-                    architecture=snakemake.params.architecture)  # noqa: F821
+                    architecture=snakemake.params.architecture,  # noqa: F821
+                    per_image=pd.read_csv(snakemake.input.per_image))  # noqa: F821

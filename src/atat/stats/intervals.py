@@ -6,6 +6,9 @@
 * :func:`wilson_from_rate` -- the same from a rate and its denominator (the count is
   ``round(rate * nobs)``; a rate that is not k/nobs is an error, never rounded silently
   beyond 1e-6 * nobs).
+* :func:`wilson_pooled` -- the same for rates of several models (seeds) pooled: counts and
+  trials summed (the dose-response and the figures pool seeds this way, as the App. I.3
+  tables pool seeds' images).
 * :func:`t_interval_mean` -- Student-t interval for a mean of per-class values (e.g. mean
   FaceNet L2 distance or evaluation confidence over the attacked classes):
   mean +- t_{0.975, m-1} sd / sqrt(m) (``statsmodels DescrStatsW.tconfint_mean``).
@@ -21,7 +24,8 @@ import pandas as pd
 from statsmodels.stats.proportion import proportion_confint
 from statsmodels.stats.weightstats import DescrStatsW
 
-__all__ = ["wilson_interval", "wilson_from_rate", "t_interval_mean", "per_class_t_intervals"]
+__all__ = ["wilson_interval", "wilson_from_rate", "wilson_pooled", "t_interval_mean",
+           "per_class_t_intervals"]
 
 
 def wilson_interval(count: int | float, nobs: int, alpha: float = 0.05) -> tuple[float, float]:
@@ -43,6 +47,27 @@ def wilson_from_rate(rate: float, nobs: int, alpha: float = 0.05) -> tuple[float
     if abs(count - k) > 1e-6 * max(nobs, 1):
         raise ValueError(f"rate {rate} is not a multiple of 1/{nobs} (count {count})")
     return wilson_interval(int(k), int(nobs), alpha)
+
+
+def wilson_pooled(rates: Sequence[float] | pd.Series, trials: Sequence[float] | pd.Series,
+                  what: str, alpha: float = 0.05) -> tuple[float, float, float, int]:
+    """Pooled proportion of per-model ``rates`` each measured on ``trials`` images (counts and
+    trials summed), with its Wilson interval: ``(estimate, low, high, n)``. ``what`` names the
+    quantity in the error raised for a missing rate or count or a rate that is not k/n."""
+    counts, n = 0, 0
+    for rate, k in zip(rates, trials):
+        if pd.isna(rate) or pd.isna(k):
+            raise ValueError(f"{what}: missing value or image count in the summary")
+        k = int(k)
+        c = float(rate) * k
+        if abs(c - round(c)) > 1e-6 * max(k, 1):
+            raise ValueError(f"{what}: rate {rate} is not a multiple of 1/{k}")
+        counts += int(round(c))
+        n += k
+    if n == 0:
+        raise ValueError(f"{what}: no image count in the summary")
+    lo, hi = wilson_interval(counts, n, alpha)
+    return counts / n, lo, hi, n
 
 
 def t_interval_mean(values: Sequence[float] | np.ndarray | pd.Series,
