@@ -65,7 +65,7 @@ def check_stylegan_pickle(path: str | Path, key: str = "G_ema", *,
     from atat.inversion.stylegan2 import Generator
 
     try:
-        loaded = load_stylegan_pickle(path, key=key)
+        loaded = load_stylegan_pickle(path, key=key, advice="")  # the caller says what to do
         if loaded["class_name"] != "Generator":
             raise ValueError(f"{key!r} is a {loaded['class_name']!r}, not a Generator")
         Generator.from_init_kwargs_and_state(loaded["init_kwargs"], loaded["state_dict"], strict=True)

@@ -353,14 +353,15 @@ def generator_init_kwargs(record: PersistentRecord) -> dict:
     return kwargs
 
 
-def load_stylegan_pickle(path, key: str = "G_ema") -> dict:
+def load_stylegan_pickle(path, key: str = "G_ema", *, advice: str | None = None) -> dict:
     """Safely read a StyleGAN2-ADA network pickle.
 
     Returns ``{'init_kwargs': dict, 'state_dict': OrderedDict[str, Tensor], 'class_name': str,
     'record': PersistentRecord, 'keys': list of top-level keys}`` for network ``key``
-    (``'G_ema'`` by default; ``'G'``/``'D'`` also work).
+    (``'G_ema'`` by default; ``'G'``/``'D'`` also work). A truncated or corrupt file raises
+    :class:`atat.io.CheckpointError` naming it and ``advice`` (see :func:`safe_load`).
     """
-    data = safe_load(path)
+    data = safe_load(path, advice=advice)
     if isinstance(data, PersistentRecord):  # a bare network pickle
         rec, keys = data, []
     else:
