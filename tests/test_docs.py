@@ -254,8 +254,9 @@ def test_layout_table_parser_stops_at_the_table():
 
 # ----------------------------------------------------------------------------- README and docs/
 def doc_pages() -> list[Path]:
-    """The pages a user reads: the README, config/README.md and every page of docs/."""
-    return [README, CONFIG_README, *sorted(DOCS.glob("*.md"))]
+    """The pages a user reads: the README, config/README.md, every page of docs/ and the
+    changelog."""
+    return [README, CONFIG_README, *sorted(DOCS.glob("*.md")), ROOT / "CHANGELOG.md"]
 
 
 def code_spans(markdown: str) -> list[str]:
