@@ -637,8 +637,10 @@ REGISTRY: list[Output] = [
            "atat.figures:accuracy_vs_privacy"),
     # --- stage claims (workflow/rules/claims.smk; issue 17): the paper's claims vs the run
     Output("claims", "claims", "claims", _claims_targets, "atat.claims:claims_table",
-           "The paper's claims against this run, each with the run's 95% interval and a "
-           "verdict (supported / consistent / inconclusive / contradicted / not testable)."),
+           "The paper's claims against this run, each tested as the pre-registered analysis "
+           "plan config/claims.yaml says: the run's interval, a verdict (supported / smaller "
+           "than the paper's / contradicted / too weak to say / premise not met / not "
+           "testable) and the minimum detectable effect."),
     # --- stage dose_response (workflow/rules/dose_response.smk; beyond the paper, issue 17)
     Output("dose_response", "dose_response", "dose_response", _dose_response_targets,
            "atat.dose_response:dose_response",

@@ -1,13 +1,15 @@
-# Stage 11 (issue 17): the paper's claims against this run, one row each with the run's 95%
-# interval and a verdict, and how much the numbers move with the seed (atat.claims). Reads
-# only the workflow's own outputs (summary, per-image table, regressions, cost of privacy,
-# preconditions, dose-response, the claims cell's HSIC files: atat.paper.claims_inputs);
-# built when the plan runs an inversion attack.
+# Stage 11 (issues 17, 45): the paper's claims against this run, each tested as the
+# pre-registered analysis plan config/claims.yaml says (its sha256 in the table), with the
+# run's interval, a verdict and the minimum detectable effect; and how much the numbers move
+# with the seed (atat.claims). Reads only the workflow's own outputs (summary, per-image table,
+# regressions, cost of privacy, preconditions, dose-response, the claims cell's HSIC files:
+# atat.paper.claims_inputs); built when the plan runs an inversion attack.
 
 
 rule claims:
     input:
         unpack(claims_rule_inputs),
+        plan=CLAIMS_PLAN,  # the pre-registered analysis plan (config/claims.yaml)
     output:
         report(
             "results/tables/claims.csv",
@@ -23,6 +25,9 @@ rule claims:
             labels={"output": "seed variation"},
         ),
         "results/tables/seed_variation.md",
+    params:
+        # their times against the plan's: was the plan in place before any AttAcc was seen?
+        records=claims_inversion_records,
     log:
         "logs/tables/claims.log",
     benchmark:

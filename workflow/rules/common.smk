@@ -20,6 +20,7 @@ from atat.config import (  # noqa: E402
 from atat.config import inversion_params, inversion_shards  # noqa: E402
 from atat.config import dose_response_points, with_dose_response  # noqa: E402
 from atat.config import n_classes as _n_classes  # noqa: E402
+from atat.claims import load_plan as load_claims_plan  # noqa: E402
 from atat.config_memo import validate_config_once  # noqa: E402
 from atat.data.manifest import STAMP_SUFFIX  # noqa: E402
 from atat.data.manifest import stamp_path as _stamp_path  # noqa: E402
@@ -73,6 +74,13 @@ with open(REGRESSIONS_YAML) as _fh:
 # every name an entry of the registry refers to (atat.paper.check): a typo stops here
 try:
     check_paper_outputs(config, REGRESSIONS, REGRESSIONS_YAML)
+except ConfigError as exc:
+    raise WorkflowError(str(exc)) from None
+# the pre-registered analysis plan of the claims table (atat.claims.load_plan; an input of the
+# claims rule, so a change reruns it): a bad key or number stops here, before any job
+CLAIMS_PLAN = f"{workflow.basedir}/config/claims.yaml"
+try:
+    load_claims_plan(CLAIMS_PLAN)
 except ConfigError as exc:
     raise WorkflowError(str(exc)) from None
 
@@ -323,6 +331,16 @@ def claims_rule_inputs(wildcards):
     named = {k: v for k, v in found.items() if k != "hsic" and v is not None}
     named.update({f"hsic_{d}": f for d, f in found["hsic"].items()})
     return named
+
+
+def claims_inversion_records(wildcards):
+    """The inversion records (metrics.json) of every attacked model: the claims table compares
+    the analysis plan's time with the first of theirs (atat.claims.plan_status)."""
+    return [
+        t
+        for t in final_targets(PLAN, "inversion")
+        if t.startswith("results/inversion/") and t.endswith("/metrics.json")
+    ]
 
 
 def figure5_model_run():

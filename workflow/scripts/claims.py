@@ -13,4 +13,5 @@ claims_table(snakemake.config, summary_csv=inp.summary, per_image_csv=inp.per_im
              outputs=snakemake.output,  # noqa: F821
              regressions_csv=inp.get("regressions"), cost_csv=inp.get("cost"),
              hsic_files=hsic, preconditions_csv=inp.get("preconditions"),
-             dose_csv=inp.get("dose"))
+             dose_csv=inp.get("dose"), plan=inp.plan,
+             records=snakemake.params.records)  # noqa: F821
