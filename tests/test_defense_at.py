@@ -10,15 +10,6 @@ from atat.defenses.base import StepContext
 from atat.pgd import pgd
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """Small convolutions run several times faster on one thread on the shared 2-core box."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
-
-
 def setup():
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(3 * 4 * 4, 5))

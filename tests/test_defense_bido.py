@@ -1,18 +1,16 @@
 """BiDO (docs/sources.md#bido): the loss is CE_mean + λx Σ_l nHSIC(Z_l, X) − λy Σ_l nHSIC(Z_l, Y)
 over the four stage outputs, its HSIC values equal the formula, its gradient reaches the first
-layer, and one real training run through atat.train."""
+layer (its training run through atat.train: tests/test_defense_registry.py)."""
 
 import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
 
-from atat.defenses import REGISTRY
 from atat.defenses.base import StepContext
 from atat.defenses.bido import BiDO
 from atat.hsic import hsic_xz, hsic_yz
 from atat.models import build_model
-from atat.train import TrainSpec, load_model, train
 
 N_CLASSES = 3
 
@@ -112,27 +110,3 @@ def test_hsic_gradient_reaches_the_first_convolution(batch):
     for g in (gx, gy):
         assert torch.isfinite(g).all() and g.abs().sum() > 0
     assert not torch.allclose(gx, gy)
-
-
-def test_one_training_run(tmp_path, monkeypatch):
-    from atat.data.synthfaces import generate_synthfaces
-    monkeypatch.setitem(REGISTRY, "bido", BiDO)
-    generate_synthfaces(tmp_path / "ds", n_private_identities=4, n_public_identities=1,
-                        images_per_identity=4, public_images_per_identity=1, resolution=16,
-                        seed=3, progress=False)
-    recipe = {"optimizer": "adam", "lr": 1e-3, "betas": [0.9, 0.999], "weight_decay": 0.0,
-              "batch_size": 8, "eval_batch_size": 2, "epochs": 1, "lr_milestones": [75],
-              "lr_gamma": 0.1, "eval_every": 1, "checkpoint_every": 1, "pretrained": False,
-              "num_workers": 0, "val_drop_last": True}
-    aug = {"random_resized_crop": True, "rrc_scale": [0.85, 1.0], "horizontal_flip": True,
-           "color_jitter": False}
-    spec = TrainSpec(model_id="test/resnet18/bido/seed0", resolution=16, n_classes=4,
-                     dataset_root=str(tmp_path / "ds/private"), architecture="resnet18",
-                     defense={"type": "bido"}, training=recipe, augmentation=aug, seed=0)
-    metrics = train(spec, out_model=tmp_path / "m.pt", out_metrics=tmp_path / "m.json",
-                    resume_path=tmp_path / "m.resume.pt", progress=False)
-    h = metrics["history"][0]
-    assert all(np.isfinite(h[k]) for k in ("train_loss", "val_loss", "hsic_xz", "hsic_yz"))
-    assert np.isfinite(metrics["test_loss"])
-    model, defense, _ = load_model(tmp_path / "m.pt")
-    assert isinstance(defense, BiDO)

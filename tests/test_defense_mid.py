@@ -1,16 +1,14 @@
-"""MID (docs/sources.md#mid): bottleneck shape, KL term of the loss, stochastic evaluation, one real
-training run through atat.train."""
+"""MID (docs/sources.md#mid): bottleneck shape, KL term of the loss, stochastic evaluation (its
+training run through atat.train: tests/test_defense_registry.py)."""
 
 import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
 
-from atat.defenses import REGISTRY
 from atat.defenses.base import DefenseConfigError, StepContext
 from atat.defenses.mid import MutualInformationDefense, VIBHead
 from atat.models import build_model
-from atat.train import TrainSpec, load_model, train
 
 N_CLASSES = 5
 
@@ -118,34 +116,3 @@ def test_evaluation_is_stochastic_and_includes_kl(base):
         without_kl, logits0 = mid(beta=0.0).eval_loss(model, x, y)
     assert torch.equal(logits0, logits1)
     assert with_kl.item() > without_kl.item()
-
-
-def run_tiny_training(tmp_path, defense):
-    """One epoch (1 step of 8) of ResNet-18 at 16 px on 4 synthetic identities."""
-    from atat.data.synthfaces import generate_synthfaces
-    generate_synthfaces(tmp_path / "ds", n_private_identities=4, n_public_identities=1,
-                        images_per_identity=4, public_images_per_identity=1, resolution=16,
-                        seed=3, progress=False)
-    recipe = {"optimizer": "adam", "lr": 1e-3, "betas": [0.9, 0.999], "weight_decay": 0.0,
-              "batch_size": 8, "eval_batch_size": 4, "epochs": 1, "lr_milestones": [75],
-              "lr_gamma": 0.1, "eval_every": 1, "checkpoint_every": 1, "pretrained": False,
-              "num_workers": 0, "val_drop_last": False}
-    aug = {"random_resized_crop": True, "rrc_scale": [0.85, 1.0], "horizontal_flip": True,
-           "color_jitter": False}
-    spec = TrainSpec(model_id="test/resnet18/d/seed0", dataset_root=str(tmp_path / "ds/private"),
-                     resolution=16, n_classes=4, architecture="resnet18", defense=defense,
-                     training=recipe, augmentation=aug, seed=0)
-    metrics = train(spec, out_model=tmp_path / "m.pt", out_metrics=tmp_path / "m.json",
-                    resume_path=tmp_path / "m.resume.pt", progress=False)
-    model, loaded, _ = load_model(tmp_path / "m.pt")
-    for key in ("train_loss", "val_loss", "test_loss"):
-        value = metrics[key] if key != "train_loss" else metrics["history"][0][key]
-        assert np.isfinite(value), key
-    return metrics, model, loaded
-
-
-def test_one_training_run(tmp_path, monkeypatch):
-    monkeypatch.setitem(REGISTRY, "mid", MutualInformationDefense)
-    metrics, model, defense = run_tiny_training(tmp_path, {"type": "mid", "beta": 0.01})
-    assert set(h["info_loss"] > 0 for h in metrics["history"]) == {True}
-    assert model.head.k == 256 and isinstance(defense, MutualInformationDefense)

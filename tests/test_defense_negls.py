@@ -1,14 +1,12 @@
 """NegLS (docs/sources.md#negls): the REPO α schedule (and PPA's one-epoch shift), the loss against
-the hand formula, the current α in training/evaluation, and one real training run through
-atat.train."""
+the hand formula, the current α in training/evaluation (its training run through atat.train:
+tests/test_defense_registry.py)."""
 
 import math
 
-import numpy as np
 import pytest
 import torch
 
-from atat.defenses import REGISTRY
 from atat.defenses.base import DefenseConfigError, StepContext
 from atat.defenses.negls import NegativeLabelSmoothing, scheduled_alpha
 
@@ -94,32 +92,6 @@ def test_state_round_trip():
     e = negls()
     e.load_state_dict(d.state_dict())
     assert e.current_alpha == pytest.approx(-0.012)
-
-
-def test_one_training_run(tmp_path, monkeypatch):
-    from atat.data.synthfaces import generate_synthfaces
-    from atat.train import TrainSpec, load_model, train
-    monkeypatch.setitem(REGISTRY, "negls", NegativeLabelSmoothing)
-    generate_synthfaces(tmp_path / "ds", n_private_identities=4, n_public_identities=1,
-                        images_per_identity=4, public_images_per_identity=1, resolution=16,
-                        seed=3, progress=False)
-    recipe = {"optimizer": "adam", "lr": 1e-3, "betas": [0.9, 0.999], "weight_decay": 0.0,
-              "batch_size": 8, "eval_batch_size": 4, "epochs": 1, "lr_milestones": [75],
-              "lr_gamma": 0.1, "eval_every": 1, "checkpoint_every": 1, "pretrained": False,
-              "num_workers": 0}
-    aug = {"random_resized_crop": True, "rrc_scale": [0.85, 1.0], "horizontal_flip": True,
-           "color_jitter": False}
-    spec = TrainSpec(model_id="test/resnet18/negls/seed0", resolution=16, n_classes=4,
-                     dataset_root=str(tmp_path / "ds/private"), architecture="resnet18",
-                     defense={"type": "negls", "schedule": "constant"}, training=recipe,
-                     augmentation=aug, seed=0)
-    metrics = train(spec, out_model=tmp_path / "m.pt", out_metrics=tmp_path / "m.json",
-                    resume_path=tmp_path / "m.resume.pt", progress=False)
-    h = metrics["history"][0]
-    assert h["label_smoothing"] == pytest.approx(-0.05)
-    assert np.isfinite(h["train_loss"]) and np.isfinite(metrics["val_loss"])
-    _, defense, _ = load_model(tmp_path / "m.pt")  # the defense state survives weights_only
-    assert defense.current_alpha == pytest.approx(-0.05)
 
 
 def test_scaled_schedule_stretches_the_repo_schedule_to_short_runs():

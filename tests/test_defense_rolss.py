@@ -13,15 +13,6 @@ from atat.defenses.rolss import (RemoveLastStageSkip, RoLSSScaledSkip, block_ski
 from atat.models import build_model
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """Small convolutions run several times faster on one thread on the shared 2-core box."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
-
-
 def residual_branch(block, x):
     return block.bn2(block.conv2(block.relu(block.bn1(block.conv1(x)))))
 

@@ -11,15 +11,6 @@ from atat.defenses.tldmi import TransferLearningDefense, frozen_children
 from atat.models import build_model
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """Small convolutions run several times faster on one thread on the shared 2-core box."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
-
-
 def tldmi(n_classes=4, **params):
     return TransferLearningDefense(params, n_classes)
 
@@ -69,23 +60,20 @@ def test_freeze_rule_children_zero_to_f_inclusive_and_zero_freezes_everything():
         meta_model("resnet18", 4, freeze_layers=10)
 
 
-def test_frozen_parameters_identical_after_two_epochs_of_atat_train(tmp_path, monkeypatch):
-    from atat.data.synthfaces import generate_synthfaces
+def test_frozen_parameters_identical_after_two_epochs_of_atat_train(tmp_path, monkeypatch,
+                                                                    tiny_recipe, make_synthfaces):
     from atat.train import TrainSpec, load_model, train
 
     monkeypatch.setitem(REGISTRY, "tldmi", TransferLearningDefense)
     root = tmp_path / "ds"
-    generate_synthfaces(root, n_private_identities=3, n_public_identities=2,
-                        images_per_identity=6, public_images_per_identity=2, resolution=16,
-                        seed=3, progress=False)
+    make_synthfaces(root, n_private_identities=3, n_public_identities=2, images_per_identity=6,
+                    public_images_per_identity=2)
     weights = tmp_path / "imagenet.pth"
     torch.manual_seed(1)
     init = torchvision.models.resnet18().state_dict()
     torch.save(init, weights)
-    recipe = {"optimizer": "adam", "lr": 1e-2, "betas": [0.9, 0.999], "weight_decay": 0.0,
-              "batch_size": 8, "eval_batch_size": 64, "epochs": 2, "lr_milestones": [5],
-              "lr_gamma": 0.1, "eval_every": 1, "checkpoint_every": 1, "pretrained": True,
-              "num_workers": 0}
+    recipe = tiny_recipe(lr=1e-2, eval_batch_size=64, epochs=2, lr_milestones=[5],
+                         pretrained=True)
     spec = TrainSpec(model_id="t/resnet18/tldmi/seed0", dataset_root=str(root / "private"),
                      resolution=16, n_classes=3, architecture="resnet18",
                      defense={"type": "tldmi", "freeze_layers": 6}, training=recipe,

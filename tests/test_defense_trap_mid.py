@@ -16,15 +16,6 @@ from atat.models import Classifier
 C, R = 4, 16
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """Small convolutions run several times faster on one thread on the shared 2-core box."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
-
-
 def tiny(n_out=C, seed=0):
     torch.manual_seed(seed)
     f = nn.Sequential(nn.Conv2d(3, 16, 3, padding=1), nn.BatchNorm2d(16), nn.ReLU(),
@@ -220,8 +211,8 @@ def test_state_round_trip_continues_identically(tmp_path):
         d2.load_state_dict({})
 
 
-def test_trains_through_atat_train_and_triggers_come_back(tmp_path, monkeypatch):
-    from atat.data.synthfaces import generate_synthfaces
+def test_trains_through_atat_train_and_triggers_come_back(tmp_path, monkeypatch, tiny_recipe,
+                                                         make_synthfaces):
     from atat.train import TrainSpec, load_model, train
 
     initial = []
@@ -234,13 +225,9 @@ def test_trains_through_atat_train_and_triggers_come_back(tmp_path, monkeypatch)
 
     monkeypatch.setitem(REGISTRY, "trap_mid", Recording)
     root = tmp_path / "ds"
-    generate_synthfaces(root, n_private_identities=3, n_public_identities=2,
-                        images_per_identity=6, public_images_per_identity=2, resolution=16,
-                        seed=3, progress=False)
-    recipe = {"optimizer": "adam", "lr": 1e-3, "betas": [0.9, 0.999], "weight_decay": 0.0,
-              "batch_size": 8, "eval_batch_size": 64, "epochs": 2, "lr_milestones": [1],
-              "lr_gamma": 0.1, "eval_every": 1, "checkpoint_every": 1, "pretrained": False,
-              "num_workers": 0}
+    make_synthfaces(root, n_private_identities=3, n_public_identities=2, images_per_identity=6,
+                    public_images_per_identity=2)
+    recipe = tiny_recipe(eval_batch_size=64, epochs=2, lr_milestones=[1])
     spec = TrainSpec(model_id="t/resnet18/trap_mid/seed0", dataset_root=str(root / "private"),
                      resolution=16, n_classes=3, architecture="resnet18",
                      defense={"type": "trap_mid", "alpha": 0.02, "beta": 0.2}, training=recipe,

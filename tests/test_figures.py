@@ -361,19 +361,14 @@ def test_clean_correct_pool_skips_misclassified_images():
 
 
 @pytest.fixture(scope="module")
-def tiny_model(tmp_path_factory):
+def tiny_model(tmp_path_factory, tiny_recipe, make_synthfaces):
     """A ResNet-18 trained one epoch on a 16 px synthetic dataset (only the checkpoint format
     matters: the tests below overwrite its head)."""
-    from atat.data.synthfaces import generate_synthfaces
     from atat.train import TrainSpec, train
 
     tmp = tmp_path_factory.mktemp("fig5")
-    generate_synthfaces(tmp / "ds", n_private_identities=3, n_public_identities=1,
-                        images_per_identity=20, public_images_per_identity=1, resolution=16,
-                        seed=1, progress=False)
-    recipe = {"optimizer": "adam", "lr": 1e-3, "betas": [0.9, 0.999], "weight_decay": 0.0,
-              "batch_size": 8, "epochs": 1, "lr_milestones": [], "lr_gamma": 0.1,
-              "eval_every": 1, "checkpoint_every": 1, "pretrained": False, "num_workers": 0}
+    make_synthfaces(tmp / "ds", n_private_identities=3, images_per_identity=20, seed=1)
+    recipe = tiny_recipe(lr_milestones=[])
     aug = {"random_resized_crop": False, "rrc_scale": [0.85, 1.0], "horizontal_flip": False,
            "color_jitter": False, "jitter": {"brightness": 0.2, "contrast": 0.2,
                                               "saturation": 0.1, "hue": 0.1}}

@@ -173,15 +173,12 @@ def test_summarize_pools_over_images_and_keeps_nan():
     assert summarize(frame.assign(dist_face=math.nan), "why")["face_metric_note"] == "why"
 
 
-def test_evaluator_reads_the_training_split_of_the_attacked_classes(tmp_path):
+def test_evaluator_reads_the_training_split_of_the_attacked_classes(tmp_path,
+                                                                    make_synthfaces):
     from atat.data.loading import ManifestDataset
-    from atat.data.synthfaces import generate_synthfaces
     from atat.models import build_model
 
-    generate_synthfaces(tmp_path / "ds", n_private_identities=4, n_public_identities=1,
-                        images_per_identity=8, public_images_per_identity=1, resolution=16,
-                        seed=1, progress=False)
-    root = tmp_path / "ds" / "private"
+    root = make_synthfaces(tmp_path / "ds", images_per_identity=8, seed=1)
     torch.manual_seed(0)
     model = build_model("resnet18", 4)
     model.resolution = 32
@@ -254,18 +251,14 @@ def test_summary_gives_the_real_nearest_neighbour_scale_of_the_distances():
 
 
 # ------------------------------------------------------------------ issue 16: embedded once
-def test_cached_real_embeddings_equal_embedding_in_the_job(tmp_path):
+def test_cached_real_embeddings_equal_embedding_in_the_job(tmp_path, make_synthfaces):
     """The features saved once per dataset give the job's scorer exactly what it computes
     itself when it attacks every class (same batches); for a subset of classes the batches
     differ, which may change the features by float rounding only."""
-    from atat.data.synthfaces import generate_synthfaces
     from atat.inversion.metrics import load_real_embeddings, save_real_embeddings
     from atat.models import build_model
 
-    generate_synthfaces(tmp_path / "ds", n_private_identities=4, n_public_identities=1,
-                        images_per_identity=8, public_images_per_identity=1, resolution=16,
-                        seed=1, progress=False)
-    root = tmp_path / "ds" / "private"
+    root = make_synthfaces(tmp_path / "ds", images_per_identity=8, seed=1)
     torch.manual_seed(0)
     model = build_model("resnet18", 4).eval()
     model.resolution = 32

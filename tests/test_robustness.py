@@ -42,13 +42,6 @@ def one_thread():
         torch.set_num_threads(n)
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    # function scope, so that it runs after conftest's per-test thread setting
-    with one_thread():
-        yield
-
-
 def tiny_cnn(n_classes: int = 5, seed: int = 0) -> nn.Module:
     torch.manual_seed(seed)
     model = nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.ReLU(), nn.AdaptiveAvgPool2d(2),
@@ -511,20 +504,15 @@ def test_compare_precisions_measures_every_epsilon_under_both_settings():
                            precisions=("fp32", "bf16"))
 
 
-def test_precision_benchmark_cli_on_a_trained_model(tmp_path, capsys):
+def test_precision_benchmark_cli_on_a_trained_model(tmp_path, capsys, tiny_recipe,
+                                                     make_synthfaces):
     import yaml
 
-    from atat.data.synthfaces import generate_synthfaces
     from atat.robustness import precision_benchmark_main
     from atat.train import TrainSpec, train
 
-    generate_synthfaces(tmp_path / "ds", n_private_identities=4, n_public_identities=1,
-                        images_per_identity=8, public_images_per_identity=1, resolution=16,
-                        seed=1, progress=False)
-    recipe = {"optimizer": "adam", "lr": 1e-3, "betas": [0.9, 0.999], "weight_decay": 0.0,
-              "batch_size": 8, "eval_batch_size": 16, "epochs": 1, "lr_milestones": [],
-              "lr_gamma": 0.1, "eval_every": 1, "checkpoint_every": 1, "pretrained": False,
-              "num_workers": 0}
+    make_synthfaces(tmp_path / "ds", images_per_identity=8, seed=1)
+    recipe = tiny_recipe(eval_batch_size=16, lr_milestones=[])
     spec = TrainSpec(model_id="t/resnet18/nodef/seed0", dataset_root=str(tmp_path / "ds" / "private"),
                      resolution=16, n_classes=4, architecture="resnet18",
                      defense={"type": "nodef"}, training=recipe,
