@@ -339,7 +339,7 @@ def claims_inversion_records(wildcards):
     return [
         t
         for t in final_targets(PLAN, "inversion")
-        if t.startswith("results/inversion/") and t.endswith("/metrics.json")
+        if t.startswith("results/inversion/") and Path(t).name == "metrics.json"
     ]
 
 
