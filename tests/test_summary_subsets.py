@@ -57,7 +57,9 @@ def _fabricate_records(plan: paper.Plan, work: Path) -> list[paper.RunRecords]:
     for m in record_models(every, plan.config):
         row = measured.get((m["dataset"], m["architecture"], m["defense"], int(m["seed"])))
         _write(work / m["metrics"], {k: value(row, k, f()) for k, f in [
-            ("test_acc", rng.random), ("test_top5", rng.random), ("val_acc", rng.random),
+            # test accuracy a count over the demo run's 60 test images, as training writes
+            ("test_acc", lambda: rng.randint(0, 60) / 60), ("n_test", lambda: 60),
+            ("test_top5", rng.random), ("val_acc", rng.random),
             ("best_epoch", lambda: rng.randint(1, 9)), ("train_seconds", rng.random),
             ("pretrained", lambda: False), ("train_acc", rng.random),
             ("kept_pixel_fraction", lambda: rng.random() if "unseen" in m["defense"] else None)]})
@@ -177,7 +179,7 @@ def test_hsic_tables_from_their_summaries(summaries):
             files, s, out, table=t, note=note), work / t, full, own[t], _table_files(t))
 
 
-def test_preconditions_main_results_and_figure4_from_their_summaries(summaries):
+def test_preconditions_main_results_and_figure4_from_their_own_inputs(summaries):
     plan, work, full, own = summaries
 
     def frame(make, s):
@@ -185,18 +187,41 @@ def test_preconditions_main_results_and_figure4_from_their_summaries(summaries):
 
     pre = lambda s: check_preconditions(s, {}, plan.config, None)  # noqa: E731
     assert frame(pre, full) == frame(pre, own["preconditions"])
-    per_image = pd.DataFrame([dict(dataset=r.dataset, architecture=r.architecture,
-                                   defense=r.defense, attack=a, **{"class": k},
-                                   correct_top1=k % 2, correct_top5=1, evalconf=0.5 + k / 10)
-                              for r in paper.grid_runs(plan)
-                              for a in paper.run_attacks(plan.config, r) for k in range(3)])
-    for t in paper.MAIN_TABLE_IDS:
-        if f"table{t}" in own:
-            mr = lambda s: tables.main_results(per_image, s)  # noqa: E731
-            assert frame(mr, full) == frame(mr, own[f"table{t}"]), t
+    # Tables 23-28: the grid's per-image table (rule inversion_per_image: every grid model's
+    # attacks, in order) vs the table's own rows (rule output_per_image), with their summaries
+    rng = random.Random(7)
+    per_file = {}
+    for r in paper.grid_runs(plan):
+        for a in paper.run_attacks(plan.config, r):
+            per_file[f"results/inversion/{r.path}/{a}/per_image.csv"] = pd.DataFrame([dict(
+                dataset=r.dataset, architecture=r.architecture, defense=r.defense, seed=r.seed,
+                attack=a, **{"class": k}, correct_top1=rng.randint(0, 1), correct_top5=1,
+                evalconf=rng.random(), dist_face=None if "dogs" in r.dataset else rng.random(),
+                dist_eval=rng.random()) for k in range(3) for _ in range(2)])
+    every = pd.concat(list(per_file.values()), ignore_index=True)
+    built = [t for t in paper.MAIN_TABLE_IDS if f"table{t}" in own]
+    assert built
+    for t in built:
+        files = paper.per_image_selection(plan, f"table{t}")
+        assert 0 < len(files) < len(per_file), t
+        mine = pd.concat([per_file[f] for f in files], ignore_index=True)
+        names = _table_files(f"table{t}")
+        a, b = work / f"mr{t}" / "a", work / f"mr{t}" / "b"
+        a.mkdir(parents=True)
+        b.mkdir(parents=True)
+        # through CSV, as the rules hand them over
+        every.to_csv(a / "per_image.csv", index=False)
+        mine.to_csv(b / "per_image.csv", index=False)
+        tables.main_results_table(pd.read_csv(a / "per_image.csv"), pd.read_csv(full),
+                                  [a / n for n in names], number=int(t), config=plan.config)
+        tables.main_results_table(pd.read_csv(b / "per_image.csv"),
+                                  pd.read_csv(own[f"table{t}"]), [b / n for n in names],
+                                  number=int(t), config=plan.config)
+        for n in names:
+            assert (a / n).read_bytes() == (b / n).read_bytes(), n
     _same_files(lambda s, out: figures.accuracy_vs_privacy(
         pd.read_csv(s), out[0], attacks=plan.attacks, metrics=INVERSION_METRICS,
-        architecture=paper.main_architecture(plan.config)),
+        architecture=paper.main_architecture(plan.config), per_image=every),
         work / "f4", full, own["figure4"], ["figure4.png"])
 
 

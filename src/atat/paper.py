@@ -866,9 +866,17 @@ def _hsic_selection(table: str) -> Callable[[Plan], list[RunRecords]]:
     return lambda plan: _records(plan, hsic_table_runs(plan, table)[0], attacks=["ppa"])
 
 
-def _main_table_selection(plan: Plan) -> list[RunRecords]:
-    # atat.tables.main_results: the clean test accuracy of the non-causal rows
-    return _records(plan, [r for r in plan.runs if r.treatment is None])
+def _main_table_selection(table: str) -> Callable[[Plan], list[RunRecords]]:
+    def select(plan: Plan) -> list[RunRecords]:
+        # atat.tables.main_results: the clean test accuracy (mean over the non-causal models)
+        # of each (dataset, architecture, defense) with rows in the table's per-image rows
+        files = set(per_image_selection(plan, table) or [])
+        keys = {(r.dataset, r.architecture, r.defense) for r in grid_runs(plan)
+                if any(f"results/inversion/{r.path}/{a}/per_image.csv" in files
+                       for a in run_attacks(plan.config, r))}
+        return _records(plan, [r for r in plan.runs if r.treatment is None
+                               and (r.dataset, r.architecture, r.defense) in keys])
+    return select
 
 
 #: Entry id -> the records of its own summary (the rows and columns its builder reads).
@@ -893,7 +901,7 @@ SUMMARY_SELECTIONS: dict[str, Callable[[Plan], list[RunRecords]]] = {
     # Tables 21/22: the causal replicates, every record
     "table21_22": lambda p: _records(p, [r for r in p.runs if r.treatment is not None],
                                      epsilons=p.epsilons, attacks="all"),
-    **{f"table{t}": _main_table_selection for t in MAIN_TABLE_IDS},
+    **{f"table{t}": _main_table_selection(f"table{t}") for t in MAIN_TABLE_IDS},
     # Figure 4: the main architecture's models and their attacks (accuracy vs leakage)
     "figure4": lambda p: _records(p, [r for r in p.runs
                                       if r.architecture == main_architecture(p.config)],
@@ -925,6 +933,29 @@ def record_files(plan: Plan, records: Iterable[RunRecords]) -> list[str]:
     return files
 
 
+def output_per_image_file(entry_id: str) -> str:
+    """The per-image table of one output's attacked models (rule output_per_image)."""
+    return f"results/summaries/{entry_id}.per_image.csv"
+
+
+def per_image_selection(plan: Plan, entry_id: str) -> list[str] | None:
+    """The per-image files (one per model and attack, rule invert) of the rows ``entry_id``
+    reads from the grid's per-image table, in that table's order (rule inversion_per_image:
+    grid models, their attacks), or None where the entry reads no per-image table of its own.
+    Tables 23-28 (atat.tables.main_results_table) read the rows of their layout's datasets,
+    architectures and attacks."""
+    output(entry_id)
+    if output(entry_id).family != "main_results_table" or not plan.attacks:
+        return None
+    from atat.tables import main_table_layout
+
+    layout = main_table_layout(int(table_number(entry_id)), plan.config)
+    return [f"results/inversion/{r.path}/{a}/per_image.csv" for r in grid_runs(plan)
+            for a in run_attacks(plan.config, r)
+            if r.dataset in layout["datasets"] and r.architecture in layout["architectures"]
+            and a in layout["attacks"]]
+
+
 #: Entries whose rule makes the records the others read (their reads are their own files).
 _PRODUCERS = {"hsic", "inversion", "summary"}
 
@@ -946,7 +977,9 @@ def output_reads(plan: Plan, entry_id: str) -> list[str]:
         reads.append("results/stats/regressions.csv")
     elif entry.family == "hsic_table":
         reads += [hsic_file(r) for r in hsic_table_runs(plan, entry_id)[0]]
-    elif entry.family == "main_results_table" or entry_id == "figure4":
+    elif entry.family == "main_results_table":
+        reads += per_image_selection(plan, entry_id) or []
+    elif entry_id == "figure4":
         reads.append("results/inversion/per_image.csv")
     elif entry_id == "preconditions":
         from atat.preconditions import inversion_priors, prior_quality_path

@@ -617,6 +617,7 @@ def face_network_file(dataset):
 # ---- one output's own summary (rule output_summary; targeted rebuilds, issue 43)
 from atat.paper import SUMMARY_SELECTIONS, record_files, summary_attacks  # noqa: E402
 from atat.paper import output_summary_file, summary_selection  # noqa: E402
+from atat.paper import output_per_image_file, per_image_selection  # noqa: E402
 from atat.summary import record_models  # noqa: E402
 
 #: attacks whose columns every summary has (atat.summary.build_summary)
@@ -631,6 +632,11 @@ def output_summary_inputs(wildcards):
 def output_summary_models(wildcards):
     """atat.summary.build_summary's models of the output ``wildcards.entry``."""
     return record_models(summary_selection(PLAN, wildcards.entry), config)
+
+
+def output_per_image_inputs(wildcards):
+    """The per-image files of the output ``wildcards.entry`` (atat.paper.per_image_selection)."""
+    return per_image_selection(PLAN, wildcards.entry) or []
 
 
 onstart:

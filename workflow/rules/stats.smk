@@ -142,6 +142,30 @@ rule causal_tables:
         "../scripts/causal_tables.py"
 
 
+rule output_per_image:
+    # The rows of the grid's per-image table (rule inversion_per_image) that one table reads:
+    # its layout's models and attacks only (atat.paper.per_image_selection), so that rebuilding
+    # it runs only their attacks (issue 43). Same function as rule inversion_per_image.
+    input:
+        output_per_image_inputs,
+    output:
+        output_per_image_file("{entry}"),
+    wildcard_constraints:
+        entry=_alt(table_rules(PLAN, "main_results_table")),
+    log:
+        "logs/summaries/{entry}.per_image.log",
+    benchmark:
+        "benchmarks/summaries/{entry}.per_image.tsv"
+    threads: 1
+    resources:
+        mem_mb=3000,
+        runtime=30,
+    conda:
+        "../../envs/torch.yaml"  # imports atat.inversion (facenet-pytorch)
+    script:
+        "../scripts/inversion_per_image.py"
+
+
 # Tables 23-28, one rule each (named after the table; atat.paper.table_rules).
 for _table in table_rules(PLAN, "main_results_table"):
 
@@ -150,8 +174,8 @@ for _table in table_rules(PLAN, "main_results_table"):
             _table
         input:
             # long table, one row per attacked image (columns: atat.tables.PER_IMAGE_COLUMNS +
-            # evalconf, dist_face, dist_eval), from rule inversion_per_image
-            per_image="results/inversion/per_image.csv",
+            # evalconf, dist_face, dist_eval) of the table's models (rule output_per_image)
+            per_image=output_per_image_file(_table),
             summary=output_summary_file(_table),
         output:
             report(

@@ -94,9 +94,10 @@ def plan_of(dag: Dag):
 
 def cones(dag: Dag) -> dict[str, tuple[set[JobKey], set[JobKey]]]:
     """Entry id -> (jobs of a dry run of its files, the registry's cone: the jobs making its
-    files and its own summary, and the cone of every file it reads) for every entry this
-    config builds."""
-    from atat.paper import REGISTRY, output_reads, output_summary_file, summary_selection
+    files, its own summary and per-image table, and the cone of every file it reads) for
+    every entry this config builds."""
+    from atat.paper import (REGISTRY, output_per_image_file, output_reads, output_summary_file,
+                            per_image_selection, summary_selection)
 
     plan = plan_of(dag)
     out = {}
@@ -108,6 +109,8 @@ def cones(dag: Dag) -> dict[str, tuple[set[JobKey], set[JobKey]]]:
         own = dag.jobs_of(targets)
         if summary_selection(plan, entry.id) is not None:
             own |= dag.jobs_of([output_summary_file(entry.id)])
+        if per_image_selection(plan, entry.id) is not None:
+            own |= dag.jobs_of([output_per_image_file(entry.id)])
         out[entry.id] = (planned, own | dag.cone(dag.jobs_of(output_reads(plan, entry.id))))
     return out
 
