@@ -189,8 +189,12 @@ def format_table(rows: Sequence[RuleRow], *, max_runtime_min: int | None, n_gpus
     gpu_h = sum(r.hours for r in rows if r.gpu)
     cpu_h = sum(r.hours for r in rows if not r.gpu and not math.isnan(r.hours))
     longest = max((r.longest_s for r in rows if r.gpu), default=0.0) / 3600
-    out.append(f"{'total':28s} {sum(r.jobs for r in rows):5d}   GPU {gpu_h:,.0f} h, "
-               f"CPU {cpu_h:,.1f} h")
+    cpu_text = f", CPU {cpu_h:,.1f} h" if any(
+        not r.gpu and not math.isnan(r.hours) for r in rows) else " (CPU rules not estimated)"
+    if not any(r.gpu for r in rows):
+        cpu_text = cpu_text.lstrip(", ")
+    gpu_text = f"GPU {gpu_h:,.0f} h" if any(r.gpu for r in rows) else ""
+    out.append(f"{'total':28s} {sum(r.jobs for r in rows):5d}   {gpu_text}{cpu_text}")
     if gpu_h:
         out.append(f"campaign on {n_gpus} GPUs: >= {max(gpu_h / n_gpus, longest):,.1f} h wall "
                    f"(GPU-hours / N, or the longest job; queueing and the DAG's order not "
