@@ -137,20 +137,33 @@ def test_dry_run_refuses_a_job_over_the_partition_limit():
 
 
 @pytest.mark.slow
-def test_profile_resources_reach_the_sbatch_command_line():
+def test_profile_resources_reach_the_sbatch_command_line(tmp_path):
     """A dry run with profiles/slurm: an inversion shard's resources (its forecast runtime, the
     card for its GPU memory from gpu_cards) through the SLURM plugin's own sbatch builder."""
     from snakemake_executor_plugin_slurm.submit_string import get_submit_command
     from snakemake_executor_plugin_slurm.utils import set_gres_string
 
-    target = "results/inversion/facescrub/resnet152/nodef/seed0/ppa/metrics.json"
-    out = _snakemake("--profile", "profiles/slurm", target)
+    model = "results/inversion/facescrub/resnet152/nodef/seed0"
+    # an IF-GMI shard whose earlier attempt ran out of GPU memory (its attempts log)
+    oom = tmp_path / "logs/inversion/facescrub/resnet152/nodef/seed0/ifgmi/classes0-60.attempts.log"
+    oom.parent.mkdir(parents=True)
+    oom.write_text("===== attempt 1 of this job started x =====\ntorch.OutOfMemoryError: CUDA "
+                   "out of memory. Tried to allocate 2.00 GiB\n")
+    out = _snakemake("--profile", "profiles/slurm", "--directory", str(tmp_path),
+                     f"{model}/ppa/metrics.json", f"{model}/ifgmi/metrics.json")
     assert out.returncode == 0, out.stderr[-2000:]
-    lines = [ln for ln in out.stdout.splitlines() if ln.strip().startswith("resources:")
-             and "gpu_mem_mb=55000" in ln]
-    assert lines, "no inversion job with its GPU memory in the dry run"
-    res = dict(kv.split("=", 1) for kv in lines[0].strip()[len("resources: "):].split(", "))
-    assert res["gpu_model"] == "a100_80g"          # 55 GB: not the 40/48 GB cards
+    jobs = {}
+    for block in out.stdout.split("\nrule ")[1:]:
+        wc = re.search(r"wildcards: (.*)", block)
+        res = re.search(r"resources: (.*)", block)
+        if block.startswith("invert_shard:") and wc and res:
+            jobs[wc.group(1)] = dict(kv.split("=", 1) for kv in res.group(1).split(", "))
+    ppa = [r for w, r in jobs.items() if "attack=ppa" in w]
+    ifgmi = {w.split("start=")[1]: r for w, r in jobs.items() if "attack=ifgmi" in w}
+    assert ppa and all(r["gpu_model"] == "a100_80g" for r in ppa)   # 55 GB: not 40/48 GB
+    assert ifgmi["0, stop=60"]["gpu_model"] == "a100_80g"   # after its OOM: one size larger
+    assert {r["gpu_model"] for k, r in ifgmi.items() if k != "0, stop=60"} == {"l40s"}  # 44 GB
+    res = ppa[0]
     assert 30 <= int(res["runtime"]) < 2880        # the forecast's, not the flat 48 h
 
     class Res(dict):
