@@ -9,7 +9,6 @@ from torchvision import transforms as T
 
 from atat import io
 from atat.data.loading import DEFAULT_AUG, build_transform
-from atat.data.synthfaces import generate_synthfaces
 from atat.defenses.base import DefenseConfigError, ModelContext, StepContext
 from atat.defenses.pixel_mask import (MaskTransform, PixelMaskDefense, apply_threshold_,
                                       binarize, group_norms, mask_stats)
@@ -266,12 +265,10 @@ def test_kept_fraction_of_the_retrain_mask_is_its_mean(tmp_path):
 
 
 @pytest.fixture(scope="module")
-def data_root(tmp_path_factory):
-    out = tmp_path_factory.mktemp("synth") / "ds"
-    generate_synthfaces(out, n_private_identities=4, n_public_identities=2,
-                        images_per_identity=12, public_images_per_identity=2, resolution=R,
-                        seed=3, progress=False)
-    return str(out / "private")
+def data_root(tmp_path_factory, make_synthfaces):
+    return str(make_synthfaces(tmp_path_factory.mktemp("synth") / "ds", n_public_identities=2,
+                               images_per_identity=12, public_images_per_identity=2,
+                               resolution=R))
 
 
 def test_kept_fraction_written_with_the_model_is_the_kept_masks_mean(data_root, tmp_path,

@@ -8,7 +8,6 @@ import torch
 
 from atat import io
 from atat.data.loading import make_loader
-from atat.data.synthfaces import generate_synthfaces
 from atat.hsic import hsic_xz, hsic_yz
 from atat.hsic_measure import measure_hsic
 from atat.models import build_model
@@ -18,12 +17,11 @@ N_CLASSES = 4
 
 
 @pytest.fixture(scope="module")
-def data_root(tmp_path_factory):
-    out = tmp_path_factory.mktemp("synth") / "ds"
-    generate_synthfaces(out, n_private_identities=N_CLASSES, n_public_identities=2,
-                        images_per_identity=12, public_images_per_identity=2, resolution=32,
-                        seed=5, progress=False)
-    return str(out / "private")
+def data_root(tmp_path_factory, make_synthfaces):
+    return str(make_synthfaces(tmp_path_factory.mktemp("synth") / "ds",
+                               n_private_identities=N_CLASSES, n_public_identities=2,
+                               images_per_identity=12, public_images_per_identity=2,
+                               resolution=32, seed=5))
 
 
 @pytest.fixture(scope="module")

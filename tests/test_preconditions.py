@@ -298,14 +298,12 @@ def test_table_is_written_and_each_failure_is_a_warning(tmp_path, caplog):
 
 
 # --------------------------------------------------------------------------- a real model
-def test_a_permuted_model_trained_one_epoch_is_flagged(tmp_path):
-    from atat.data.synthfaces import generate_synthfaces
+def test_a_permuted_model_trained_one_epoch_is_flagged(tmp_path, make_synthfaces):
     from atat.summary import summary_row
     from atat.train import TrainSpec, train
 
-    generate_synthfaces(tmp_path / "ds", n_private_identities=4, n_public_identities=2,
-                        images_per_identity=12, public_images_per_identity=2, resolution=32,
-                        seed=3, progress=False)
+    make_synthfaces(tmp_path / "ds", n_public_identities=2, images_per_identity=12,
+                    public_images_per_identity=2, resolution=32)
     training = {**CONFIG["training"], **CONFIG["defenses"]["permuted"]["training"],
                 "epochs": 1, "lr_milestones": [], "batch_size": 16, "eval_batch_size": 64,
                 "pretrained": False, "num_workers": 0}

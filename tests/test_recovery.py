@@ -7,7 +7,6 @@ import re
 import pytest
 import torch
 
-from atat.data.synthfaces import generate_synthfaces
 from atat.train import TrainSpec, train
 
 RECIPE = {"optimizer": "adam", "lr": 1e-3, "betas": [0.9, 0.999], "weight_decay": 0.0,
@@ -17,12 +16,10 @@ RECIPE = {"optimizer": "adam", "lr": 1e-3, "betas": [0.9, 0.999], "weight_decay"
 
 
 @pytest.fixture(scope="module")
-def data_root(tmp_path_factory):
-    out = tmp_path_factory.mktemp("synth") / "ds"
-    generate_synthfaces(out, n_private_identities=4, n_public_identities=2,
-                        images_per_identity=8, public_images_per_identity=2, resolution=32,
-                        seed=3, progress=False)
-    return str(out / "private")
+def data_root(tmp_path_factory, make_synthfaces):
+    return str(make_synthfaces(tmp_path_factory.mktemp("synth") / "ds", n_public_identities=2,
+                               images_per_identity=8, public_images_per_identity=2,
+                               resolution=32))
 
 
 def spec(data_root):
