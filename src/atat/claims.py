@@ -40,7 +40,7 @@ import dataclasses
 import hashlib
 import math
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from statistics import NormalDist
@@ -447,6 +447,8 @@ class Claim:
     verdict: str = NOT_TESTABLE
     mde: str = ""
     basis: str = ""
+    #: the parts the verdict was read from (premise first, named "premise"); not a column
+    parts: list["Part"] = field(default_factory=list, repr=False)
 
 
 @dataclass
@@ -487,6 +489,8 @@ def judge(c: Claim, plan: AnalysisPlan, parts: Sequence[Part], premise: Part | N
                       for p in parts if p.est is not None and np.isfinite(p.est.se))
     c.verdict = combine([p.verdict() for p in parts],
                         premise.verdict() if premise is not None else None)
+    c.parts = ([dataclasses.replace(premise, name="premise")] if premise is not None else []) \
+        + list(parts)
 
 
 # ------------------------------------------------------------------------------ the inputs
@@ -914,6 +918,14 @@ def _dose_claim(inp: Inputs) -> list[Claim]:
 
 
 def build_claims(inp: Inputs) -> pd.DataFrame:
+    """The claims table's rows (:data:`MD_COLUMNS`) of :func:`judged_claims`."""
+    return pd.DataFrame([{k: getattr(c, k) for k in MD_COLUMNS} for c in judged_claims(inp)],
+                        columns=MD_COLUMNS)
+
+
+def judged_claims(inp: Inputs) -> list[Claim]:
+    """Every claim of the paper judged on ``inp``, with the parts its verdict was read from
+    (``Claim.parts``: the estimates and their tests; the power analysis reads them)."""
     nodef = "nodef"
     claims: list[Claim] = []
     for part in (_hsic_claims(inp, nodef), _bido_star_claim(inp, nodef),
@@ -924,7 +936,7 @@ def build_claims(inp: Inputs) -> pd.DataFrame:
     for c in claims:
         if c.verdict not in VERDICTS:  # pragma: no cover - a coding error above
             raise RuntimeError(f"claim {c.claim}: verdict {c.verdict!r}")
-    return pd.DataFrame([c.__dict__ for c in claims], columns=COLUMNS[:-2])
+    return claims
 
 
 # ------------------------------------------------------------------------------ seed variation
@@ -992,23 +1004,17 @@ def _prior_sentence(inp: Inputs) -> str:
                if failed_any else "") + ".")
 
 
-def claims_table(config: Mapping[str, Any], *, summary_csv: str | Path, per_image_csv: str | Path,
-                 outputs: Sequence[str | Path], regressions_csv: str | Path | None = None,
-                 cost_csv: str | Path | None = None,
-                 hsic_files: Mapping[str, str | Path] | None = None,
-                 preconditions_csv: str | Path | None = None,
-                 dose_csv: str | Path | None = None, plan: str | Path = PLAN_PATH,
-                 records: Sequence[str | Path] = ()) -> pd.DataFrame:
-    """Write results/tables/claims.{csv,md} and, with a causal experiment in the summary,
-    results/tables/seed_variation.{csv,md} (``outputs``: those paths, by name). ``plan``: the
-    analysis plan (config/claims.yaml); ``records``: the run's inversion records, whose
-    times :func:`plan_status` compares with the plan's."""
+def read_inputs(config: Mapping[str, Any], *, summary_csv: str | Path,
+                per_image_csv: str | Path, plan: AnalysisPlan,
+                regressions_csv: str | Path | None = None, cost_csv: str | Path | None = None,
+                hsic_files: Mapping[str, str | Path] | None = None,
+                preconditions_csv: str | Path | None = None,
+                dose_csv: str | Path | None = None) -> Inputs:
+    """The claims' inputs read from a run's files (the claims rule's inputs)."""
     from atat.stats.causal import causal_table
     from atat.stats.regression import causal_sample
-    from atat.tables import main_results, to_markdown
+    from atat.tables import main_results
 
-    the_plan = load_plan(plan)
-    registered, plan_note = plan_status(plan, records)
     summary = pd.read_csv(summary_csv)
     per_image = pd.read_csv(per_image_csv)
     causal = None
@@ -1020,7 +1026,30 @@ def claims_table(config: Mapping[str, Any], *, summary_csv: str | Path, per_imag
                  hsic={d: io.read_json(p) for d, p in (hsic_files or {}).items()},
                  preconditions=_read(preconditions_csv),
                  dose=_read(dose_csv), dataset=claims_cell(config)[0],
-                 architecture=claims_cell(config)[1], plan=the_plan)
+                 architecture=claims_cell(config)[1], plan=plan)
+    return inp
+
+
+def claims_table(config: Mapping[str, Any], *, summary_csv: str | Path, per_image_csv: str | Path,
+                 outputs: Sequence[str | Path], regressions_csv: str | Path | None = None,
+                 cost_csv: str | Path | None = None,
+                 hsic_files: Mapping[str, str | Path] | None = None,
+                 preconditions_csv: str | Path | None = None,
+                 dose_csv: str | Path | None = None, plan: str | Path = PLAN_PATH,
+                 records: Sequence[str | Path] = ()) -> pd.DataFrame:
+    """Write results/tables/claims.{csv,md} and, with a causal experiment in the summary,
+    results/tables/seed_variation.{csv,md} (``outputs``: those paths, by name). ``plan``: the
+    analysis plan (config/claims.yaml); ``records``: the run's inversion records, whose
+    times :func:`plan_status` compares with the plan's."""
+    from atat.tables import to_markdown
+
+    the_plan = load_plan(plan)
+    registered, plan_note = plan_status(plan, records)
+    inp = read_inputs(config, summary_csv=summary_csv, per_image_csv=per_image_csv,
+                      regressions_csv=regressions_csv, cost_csv=cost_csv,
+                      hsic_files=hsic_files, preconditions_csv=preconditions_csv,
+                      dose_csv=dose_csv, plan=the_plan)
+    summary = inp.summary
     table = build_claims(inp)
     table["plan_sha256"] = the_plan.sha256
     table["plan_before_records"] = "" if registered is None else registered
