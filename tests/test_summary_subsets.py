@@ -219,9 +219,14 @@ def test_preconditions_main_results_and_figure4_from_their_own_inputs(summaries)
                                   number=int(t), config=plan.config)
         for n in names:
             assert (a / n).read_bytes() == (b / n).read_bytes(), n
+    # Figure 4: the grid's summary and per-image table vs its own (its points' models)
+    files = paper.per_image_selection(plan, "figure4")
+    assert 0 < len(files) < len(per_file)
+    mine = pd.concat([per_file[f] for f in files], ignore_index=True)
+    per_image_of = {full: every, own["figure4"]: mine}
     _same_files(lambda s, out: figures.accuracy_vs_privacy(
         pd.read_csv(s), out[0], attacks=plan.attacks, metrics=INVERSION_METRICS,
-        architecture=paper.main_architecture(plan.config), per_image=every),
+        architecture=paper.main_architecture(plan.config), per_image=per_image_of[s]),
         work / "f4", full, own["figure4"], ["figure4.png"])
 
 

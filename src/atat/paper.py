@@ -902,9 +902,12 @@ SUMMARY_SELECTIONS: dict[str, Callable[[Plan], list[RunRecords]]] = {
     "table21_22": lambda p: _records(p, [r for r in p.runs if r.treatment is not None],
                                      epsilons=p.epsilons, attacks="all"),
     **{f"table{t}": _main_table_selection(f"table{t}") for t in MAIN_TABLE_IDS},
-    # Figure 4: the main architecture's models and their attacks (accuracy vs leakage)
-    "figure4": lambda p: _records(p, [r for r in p.runs
-                                      if r.architecture == main_architecture(p.config)],
+    # Figure 4: its points' models (the main architecture's non-causal standard variants of
+    # FIGURE4_TYPES, atat.figures) and their attacks (accuracy vs leakage)
+    "figure4": lambda p: _records(p, [r for r in p.runs if r.treatment is None
+                                      and r.architecture == main_architecture(p.config)
+                                      and r.defense in FIGURE4_TYPES
+                                      and is_standard_variant(p.config, r.defense)],
                                   attacks="all"),
     # the dose-response: the sweep's cell and variants, every epsilon, the sweep's attack
     "dose_response": lambda p: _records(
@@ -933,6 +936,11 @@ def record_files(plan: Plan, records: Iterable[RunRecords]) -> list[str]:
     return files
 
 
+#: The outputs that read rows of the grid's per-image table: each reads its own
+#: (:func:`per_image_selection`, rule output_per_image).
+PER_IMAGE_ENTRIES = [*(f"table{t}" for t in MAIN_TABLE_IDS), "figure4"]
+
+
 def output_per_image_file(entry_id: str) -> str:
     """The per-image table of one output's attacked models (rule output_per_image)."""
     return f"results/summaries/{entry_id}.per_image.csv"
@@ -943,10 +951,16 @@ def per_image_selection(plan: Plan, entry_id: str) -> list[str] | None:
     reads from the grid's per-image table, in that table's order (rule inversion_per_image:
     grid models, their attacks), or None where the entry reads no per-image table of its own.
     Tables 23-28 (atat.tables.main_results_table) read the rows of their layout's datasets,
-    architectures and attacks."""
-    output(entry_id)
-    if output(entry_id).family != "main_results_table" or not plan.attacks:
+    architectures and attacks, Figure 4 those of its points' models (the main architecture's
+    standard variants of :data:`FIGURE4_TYPES`; its EvalConf and distance intervals)."""
+    if entry_id not in PER_IMAGE_ENTRIES or not plan.attacks:
+        output(entry_id)  # a KeyError naming the known ids for an unknown one
         return None
+    if entry_id == "figure4":  # atat.figures.privacy_points: its points' models' rows
+        arch = main_architecture(plan.config)
+        return [f"results/inversion/{r.path}/{a}/per_image.csv" for r in grid_runs(plan)
+                for a in run_attacks(plan.config, r) if r.architecture == arch
+                and r.defense in FIGURE4_TYPES and is_standard_variant(plan.config, r.defense)]
     from atat.tables import main_table_layout
 
     layout = main_table_layout(int(table_number(entry_id)), plan.config)
@@ -977,10 +991,8 @@ def output_reads(plan: Plan, entry_id: str) -> list[str]:
         reads.append("results/stats/regressions.csv")
     elif entry.family == "hsic_table":
         reads += [hsic_file(r) for r in hsic_table_runs(plan, entry_id)[0]]
-    elif entry.family == "main_results_table":
+    elif entry_id in PER_IMAGE_ENTRIES:
         reads += per_image_selection(plan, entry_id) or []
-    elif entry_id == "figure4":
-        reads.append("results/inversion/per_image.csv")
     elif entry_id == "preconditions":
         from atat.preconditions import inversion_priors, prior_quality_path
 

@@ -617,7 +617,8 @@ def face_network_file(dataset):
 # ---- one output's own summary (rule output_summary; targeted rebuilds, issue 43)
 from atat.paper import SUMMARY_SELECTIONS, record_files, summary_attacks  # noqa: E402
 from atat.paper import output_summary_file, summary_selection  # noqa: E402
-from atat.paper import output_per_image_file, per_image_selection  # noqa: E402
+from atat.paper import PER_IMAGE_ENTRIES, per_image_selection  # noqa: E402
+from atat.paper import output_per_image_file  # noqa: E402
 from atat.summary import record_models  # noqa: E402
 
 #: attacks whose columns every summary has (atat.summary.build_summary)

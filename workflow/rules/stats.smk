@@ -143,15 +143,15 @@ rule causal_tables:
 
 
 rule output_per_image:
-    # The rows of the grid's per-image table (rule inversion_per_image) that one table reads:
-    # its layout's models and attacks only (atat.paper.per_image_selection), so that rebuilding
-    # it runs only their attacks (issue 43). Same function as rule inversion_per_image.
+    # The rows of the grid's per-image table (rule inversion_per_image) that one table or
+    # Figure 4 reads: its models and attacks only (atat.paper.per_image_selection), so that
+    # rebuilding it runs only their attacks (issue 43). Same function as inversion_per_image.
     input:
         output_per_image_inputs,
     output:
         output_per_image_file("{entry}"),
     wildcard_constraints:
-        entry=_alt(table_rules(PLAN, "main_results_table")),
+        entry=_alt(PER_IMAGE_ENTRIES),
     log:
         "logs/summaries/{entry}.per_image.log",
     benchmark:
@@ -234,8 +234,9 @@ rule figure2:
 rule figure4:
     input:
         summary=output_summary_file("figure4"),
-        # EvalConf's and the distances' 95% t intervals over per-class means (as Tables 27/28)
-        per_image="results/inversion/per_image.csv",
+        # EvalConf's and the distances' 95% t intervals over per-class means (as Tables 27/28),
+        # of its points' models only (rule output_per_image)
+        per_image=output_per_image_file("figure4"),
     output:
         report(
             "results/figures/figure4_accuracy_vs_privacy.png",
