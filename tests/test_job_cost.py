@@ -42,10 +42,11 @@ def test_runtime_limit_refuses_with_name_request_and_remedy():
     jc.check_runtime_limit([("invert", "a/b/ppa", 3000)], None)      # no limit: nothing
     jc.check_runtime_limit([("invert", "a/b/ppa", 1440)], 1440)      # equal: fits
     with pytest.raises(jc.RuntimeLimitError) as exc:
-        jc.check_runtime_limit([("invert", "fs/rn152/nodef/0/ppa", 4500),
+        jc.check_runtime_limit([("invert", "fs/rn152/nodef/0/ppa", 4500, 180000),
                                 ("train_model", "fs/rn152/nodef/0", 600)], 1440)
     msg = str(exc.value)
-    assert "fs/rn152/nodef/0/ppa: 4500 min" in msg and "1 job(s)" in msg
+    assert "fs/rn152/nodef/0/ppa: 4500 min requested (forecast 50.0 h x 1.5)" in msg
+    assert "1 job(s)" in msg
     assert "classes_per_job" in msg and "train_model" not in msg
 
 
@@ -126,14 +127,22 @@ def _snakemake(*args, timeout=600):
 
 
 @pytest.mark.slow
-def test_dry_run_refuses_a_job_over_the_partition_limit():
-    """The paper config with a 5-hour partition: refused at DAG time, naming the job."""
-    out = _snakemake("all", "--config", "max_runtime_min=300")
+def test_dry_run_refuses_a_job_over_the_partition_limit(tmp_path):
+    """The paper config with one inversion job per (model, attack) on a 24-hour partition:
+    refused at DAG time, naming the jobs, their forecasts and the remedy (shard finer); the
+    sharded paper config itself fits."""
+    unsharded = tmp_path / "unsharded.yaml"
+    unsharded.write_text("inversion:\n  classes_per_job: {ppa: 1000, ifgmi: 1000, ppdg: 1000}\n")
+    out = _snakemake("all", "--configfile", str(unsharded), "--config", "max_runtime_min=1440")
     assert out.returncode != 0
     text = out.stdout + out.stderr
-    assert "exceed the partition's limit max_runtime_min = 300 min" in text
-    assert re.search(r"train_model facescrub/resnet152/atat/\d+: \d+ min requested", text)
-    assert "nothing was submitted" in text
+    assert "exceed the partition's limit max_runtime_min = 1440 min" in text
+    assert re.search(r"invert celeba/resnet152/\w+/\d+/ppa: \d+ min requested \(forecast "
+                     r"[\d.]+ h x 1.5\)", text)
+    assert "classes_per_job" in text and "nothing was submitted" in text
+    assert "train_model" not in text.split("nothing was submitted")[1].split("Remedy")[0]
+    fits = _snakemake("all", "--quiet", "rules", "--config", "max_runtime_min=1440")
+    assert fits.returncode == 0, fits.stderr[-2000:]
 
 
 @pytest.mark.slow

@@ -379,26 +379,28 @@ class RuntimeLimitError(ValueError):
     """A job's runtime request exceeds the partition's limit."""
 
 
-def check_runtime_limit(requests: Iterable[tuple[str, str, int]], max_runtime_min: int | None,
-                        ) -> None:
-    """Refuse jobs (rule, name, requested minutes) longer than ``max_runtime_min``: one
-    message naming each (up to 10), its request and the remedy."""
+def check_runtime_limit(requests: Iterable[tuple], max_runtime_min: int | None) -> None:
+    """Refuse jobs (rule, name, requested minutes[, forecast seconds]) longer than
+    ``max_runtime_min``: one message naming each (up to 10), its forecast and request, and the
+    remedy."""
     if max_runtime_min is None:
         return
     limit = int(max_runtime_min)
-    over = [(r, n, m) for r, n, m in requests if m > limit]
+    over = [(q[0], q[1], q[2], q[3] if len(q) > 3 else None) for q in requests if q[2] > limit]
     if not over:
         return
     over.sort(key=lambda x: -x[2])
-    lines = [f"  {r} {n}: {m} min requested (forecast x {RUNTIME_MARGIN})" for r, n, m in over[:10]]
+    lines = [f"  {r} {n}: {m} min requested ("
+             + (f"forecast {f / 3600:.1f} h" if f is not None else "forecast")
+             + f" x {RUNTIME_MARGIN})" for r, n, m, f in over[:10]]
     more = f"\n  ... and {len(over) - 10} more" if len(over) > 10 else ""
     remedy = {
         "invert": "shard finer: a smaller inversion.classes_per_job (each job attacks fewer "
                   "classes)",
-        "autoattack": "autoattack.job: per_epsilon (one job per epsilon)",
+        "autoattack": "autoattack.job: per_epsilon (one job per epsilon) where it is per_model",
     }
     hints = sorted({remedy.get(r, "a partition with a longer limit (max_runtime_min)")
-                    for r, _, _ in over})
+                    for r, _, _, _ in over})
     raise RuntimeLimitError(
         f"{len(over)} job(s) would exceed the partition's limit max_runtime_min = {limit} min "
         f"and would pend forever or be rejected; nothing was submitted:\n" + "\n".join(lines)

@@ -668,9 +668,12 @@ except ValueError as exc:
     raise WorkflowError(f"invalid configuration: {exc}") from None
 
 
+def _forecast_s(rule, wildcards):
+    return GPU_RATES.seconds(_job_cost_for(rule, dict(wildcards.items()), config))
+
+
 def _request_min(rule, wildcards):
-    job = _job_cost_for(rule, dict(wildcards.items()), config)
-    return _runtime_request_min(GPU_RATES.seconds(job))
+    return _runtime_request_min(_forecast_s(rule, wildcards))
 
 
 def runtime_min(rule):
@@ -695,7 +698,8 @@ def planned_gpu_requests():
     out = []
 
     def add(rule, wc):
-        out.append((rule, "/".join(map(str, wc.values())), _request_min(rule, wc)))
+        seconds = _forecast_s(rule, wc)
+        out.append((rule, "/".join(map(str, wc.values())), _runtime_request_min(seconds), seconds))
 
     for r in RUNS:
         cell = dict(dataset=r.dataset, arch=r.architecture, defense=r.defense, seed=r.seed)
