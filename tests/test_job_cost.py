@@ -246,3 +246,28 @@ def test_the_forecast_times_what_the_scripts_import():
     assert scripts["invert"].name == "invert.py" and scripts["invert"].is_file()
     mods = script_modules(scripts["invert"])
     assert "torch" in mods and "atat.inversion.run" in mods and "_common" not in mods
+
+
+def test_bench_gpu_measurements_replace_the_estimated_rates(tmp_path, paper):
+    from atat.lab.forecast import gpu_rates
+
+    csv_path = tmp_path / "bench_gpu.csv"
+    head = "component,variant,value,unit,speedup,passed,note,date,device,quick,torch,gpu\n"
+    csv_path.write_text(
+        head
+        + "train,nodef/fp32,100,images/s,,,,2026-12-06,cuda,False,2.14,NVIDIA H100\n"
+        + "ppa,optimisation,50,images x steps/s,,,,2026-12-06,cuda,False,2.14,NVIDIA H100\n"
+        + "autoattack,eps0.031,2,images/s,,,,2026-12-06,cuda,False,2.14,NVIDIA H100\n"
+        + "train,nodef/fp32,1,images/s,,,,2026-12-06,cuda,True,2.14,NVIDIA H100\n")
+    rates = gpu_rates(csv_path, paper)
+    assert "NVIDIA H100" in rates.name and "AutoAttack" in rates.name
+    assert rates.flops["tf32"] == pytest.approx(100 * 11.5116e9 * 6)   # the quick row ignored
+    assert rates.flops["tf32/generator"] == pytest.approx(50 * (75.3852 + 11.5116) * 1e9 * 6)
+    per_image = (1900 * 3 + 5901) * 11.5116e9 * 2    # standard AutoAttack, 530 classes
+    assert rates.flops["fp32"] == pytest.approx(2 * per_image)
+    # generator passes use the generator's rate, the target's passes the classifier's
+    g = jc.Pass(jc.stylegan_key(1024), 1024, "fb", 1, "tf32")
+    t = jc.Pass("resnet152", 224, "fb", 1, "tf32")
+    assert rates.pass_seconds(g) == pytest.approx(75.3852e9 * 6 / rates.flops["tf32/generator"])
+    assert rates.pass_seconds(t) == pytest.approx(11.5116e9 * 6 / rates.flops["tf32"])
+    assert gpu_rates(tmp_path / "absent.csv", paper) == jc.GpuRates()

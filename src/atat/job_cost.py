@@ -93,10 +93,15 @@ class GpuRates:
     name: str = "A100 (estimated)"
 
     def pass_seconds(self, p: Pass) -> float:
+        """Seconds of pass ``p``: its FLOPs over the rate of its precision (``<precision>/
+        generator`` for a StyleGAN2 network where measured)."""
         if p.kind == "step":
             raise ValueError(f"no GPU figure for optimiser steps of {p.network!r}")
         gmac = network_gmac(p.network, p.resolution)
-        return p.count * gmac * 1e9 * 2 * (3 if p.kind == "fb" else 1) / self.flops[p.precision]
+        key = p.precision
+        if p.network.startswith("stylegan2/") and f"{key}/generator" in self.flops:
+            key = f"{key}/generator"
+        return p.count * gmac * 1e9 * 2 * (3 if p.kind == "fb" else 1) / self.flops[key]
 
     def seconds(self, job: JobCost) -> float:
         return self.job_overhead_s + sum(self.pass_seconds(p) for p in job.passes)

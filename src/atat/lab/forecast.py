@@ -93,10 +93,17 @@ def read_cpu_rates(path: Path = CPU_CSV) -> CpuRates:
                                        f"{rows[0].get('date', '?')})", rule_overhead_s=rule_over)
 
 
-def gpu_rates(path: Path = GPU_CSV) -> GpuRates:
-    """A100 estimates, or effective FLOP/s from ``make bench-gpu`` (train/nodef/fp32 images/s of
-    the paper's ResNet-152 at 224 px -> the tf32 rate: PyTorch's defaults; ppa/optimisation
-    images x steps/s -> the fp32 rate) where it ran on a GPU."""
+def gpu_rates(path: Path = GPU_CSV, config: Mapping[str, Any] | None = None) -> GpuRates:
+    """A100 estimates, or effective FLOP/s from ``make bench-gpu`` where it ran on a GPU (not
+    ``--quick``): ``train/nodef/fp32`` images/s of the paper's ResNet-152 at 224 px (PyTorch's
+    default flags) -> the tf32 rate; ``ppa/optimisation`` images x steps/s (the 1024 px
+    generator and the target, forward and backward, default flags) -> the tf32 rate of the
+    generator passes; ``autoattack/eps*`` images/s (TF32 off, every attack on every image) ->
+    the fp32 rate, median over the epsilons."""
+    import statistics
+
+    from atat.job_cost import autoattack_cost
+
     base = GpuRates()
     if not path.is_file():
         return base
@@ -105,6 +112,11 @@ def gpu_rates(path: Path = GPU_CSV) -> GpuRates:
                 and r.get("gpu")]
     flops = dict(base.flops)
     found = []
+    aa = []
+    if config is None:
+        from atat.config import load_config
+
+        config = load_config(ROOT / "config" / "config.yaml")
     for r in rows:
         v = float(r["value"])
         if r["component"] == "train" and r["variant"] == "nodef/fp32":
@@ -112,8 +124,19 @@ def gpu_rates(path: Path = GPU_CSV) -> GpuRates:
             found.append("training")
         if r["component"] == "ppa" and r["variant"] == "optimisation":
             per = (GMAC[stylegan_key(1024)][0] + GMAC["resnet152"][0]) * 1e9 * 2 * 3
-            flops["fp32"] = v * per
+            flops["tf32/generator"] = v * per
             found.append("PPA")
+        if r["component"] == "autoattack" and r["variant"].startswith("eps"):
+            job = autoattack_cost("bench", architecture="resnet152", resolution=224,
+                                  n_classes=530, autoattack={**config["autoattack"],
+                                                             "n_examples": 1})
+            per_image = sum(p.count * GMAC["resnet152"][0] * 1e9 * 2 * (3 if p.kind == "fb"
+                                                                         else 1)
+                            for p in job.passes)
+            aa.append(v * per_image)
+    if aa:
+        flops["fp32"] = statistics.median(aa)
+        found.append("AutoAttack")
     if not found:
         return base
     return GpuRates(flops, base.job_overhead_s,
@@ -482,7 +505,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     # on the GPU forecast the CPU rules are only counted: their CPU calibration is the demo's
     # shapes (dataset preparation, downloads and merges at paper scale are not modelled)
     cpu = read_cpu_rates() if args.device == "cpu" else None
-    gpu = gpu_rates() if args.device == "gpu" else None
+    gpu = gpu_rates(config=config) if args.device == "gpu" else None
     rows = forecast(jobs, config, gpu=gpu, cpu=cpu)
     device = gpu.name if gpu else (cpu.name if cpu else "-")
     print(format_table(rows, max_runtime_min=prof.get("max_runtime_min"), n_gpus=args.gpus,
