@@ -165,7 +165,10 @@ def forecast(jobs: Sequence[tuple[str, Mapping[str, str], int | None]], config: 
     for rule, wc, mem in jobs:
         job = job_cost_for(rule, wc, config, gpu_mem_mb=mem)
         if gpu is not None and job.gpu:
-            sec = gpu.seconds(job)
+            try:
+                sec = gpu.seconds(job)
+            except ValueError:   # no GPU model of its work (train_generator's steps)
+                sec = float("nan")
         elif cpu is not None:
             sec = cpu.seconds(job)
         else:
@@ -199,24 +202,29 @@ def format_table(rows: Sequence[RuleRow], *, max_runtime_min: int | None, n_gpus
             out_h = f"{h:10.1f}" if not math.isnan(h) else f"{'-':>10s}"
             out_rows = f"{len(cpu_rows)} rules: downloads, dataset preparation, merges, tables, figures"
     for r in shown:
-        fits = "-" if not max_runtime_min or not r.gpu else (
+        fits = "-" if not max_runtime_min or not r.gpu or math.isnan(r.longest_s) else (
             "yes" if r.longest_request_min <= max_runtime_min else "NO")
         mem = f"{r.peak_gpu_mem_mb:,}" if r.peak_gpu_mem_mb else "-"
         hours = f"{r.hours:10.1f}" if not math.isnan(r.hours) else f"{'-':>10s}"
+        longest_h = f"{r.longest_s / 3600:15.2f}" if not math.isnan(r.longest_s) else f"{'-':>15s}"
         out.append(f"{r.rule:28s} {r.jobs:5d} {hours} {'GPU' if r.gpu else 'CPU':>4s} "
-                   f"{mem:>11s} {r.longest_s / 3600:15.2f} {r.longest_request_min:11d}  "
+                   f"{mem:>11s} {longest_h} {r.longest_request_min:11d}  "
                    f"{fits:>4s}  {r.longest_job}")
     if len(shown) < len(rows):
         out.append(f"{'CPU rules':28s} {sum(r.jobs for r in cpu_rows):5d} {out_h}  CPU "
                    f"{'-':>11s} {'':15s} {'':11s}        {out_rows}")
-    gpu_h = sum(r.hours for r in rows if r.gpu)
+    gpu_h = sum(r.hours for r in rows if r.gpu and not math.isnan(r.hours))
+    unmodelled = [r.rule for r in rows if r.gpu and math.isnan(r.hours)]
     cpu_h = sum(r.hours for r in rows if not r.gpu and not math.isnan(r.hours))
-    longest = max((r.longest_s for r in rows if r.gpu), default=0.0) / 3600
+    longest = max((r.longest_s for r in rows if r.gpu and not math.isnan(r.longest_s)),
+                  default=0.0) / 3600
     cpu_text = f", CPU {cpu_h:,.1f} h" if any(
         not r.gpu and not math.isnan(r.hours) for r in rows) else " (CPU rules not estimated)"
     if not any(r.gpu for r in rows):
         cpu_text = cpu_text.lstrip(", ")
     gpu_text = f"GPU {gpu_h:,.0f} h" if any(r.gpu for r in rows) else ""
+    if unmodelled:
+        gpu_text += f" (without {', '.join(unmodelled)}: no GPU model of its work)"
     out.append(f"{'total':28s} {sum(r.jobs for r in rows):5d}   {gpu_text}{cpu_text}")
     if gpu_h:
         out.append(f"campaign on {n_gpus} GPUs: >= {max(gpu_h / n_gpus, longest):,.1f} h wall "
