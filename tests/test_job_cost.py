@@ -271,3 +271,23 @@ def test_bench_gpu_measurements_replace_the_estimated_rates(tmp_path, paper):
     assert rates.pass_seconds(g) == pytest.approx(75.3852e9 * 6 / rates.flops["tf32/generator"])
     assert rates.pass_seconds(t) == pytest.approx(11.5116e9 * 6 / rates.flops["tf32"])
     assert gpu_rates(tmp_path / "absent.csv", paper) == jc.GpuRates()
+
+
+def test_ppdg_rounds_search_select_and_tune_as_the_attack_does():
+    params = dict(candidates=dict(num_candidates=4, search_space_size=100), steps=10,
+                  num_rounds=2, num_inv_points=3, inv_steps=5, tune_steps=7, measure="pointwise",
+                  final_selection=dict(samples_per_target=2, iterations=3))
+    job = jc.inversion_cost("x", attack="ppdg", params=params, n_classes_job=5,
+                            generator="stylegan2/512/32@32", generator_resolution=32, crop=None,
+                            architecture="resnet18", input_resolution=32,
+                            evaluation=("inception_v3", 80), face=None,
+                            perceptual=("resnet18", 32))
+    by: dict = {}
+    for p in job.passes:   # the target and the perceptual network are both ResNet-18 here
+        by[(p.network, p.kind)] = by.get((p.network, p.kind), 0) + p.count
+    search = (1 + 5 * 1) * 100                      # round 1 once per job, round 2 per class
+    assert by[("resnet18", "fwd")] == search + 2 * 5 * 4 * 3   # + both rounds' selection
+    assert by[("stylegan2/512/32@32", "fwd")] == search + 2 * 5 * 4 + 2 * 5 * 2
+    assert by[("stylegan2/512/32@32", "fb")] == 5 * 4 * 10 * 2 + 1 * 5 * 3 * (5 + 7)
+    assert by[("resnet18", "fb")] == 5 * 4 * 10 * 2 + 5 * 3 * (5 + 7)   # target + perceptual
+    assert by[("inception_v3", "fwd")] == 2 * 5 * 2

@@ -264,8 +264,10 @@ def inversion_cost(name: str, *, attack: str, params: Mapping[str, Any], n_class
     (``search_space_size`` renders and target forwards, once per job for PPDG), the
     optimisation (``num_candidates`` x steps x (generator + target) forward+backward), the
     final selection (``iterations`` target forwards per candidate), the scoring of the kept
-    images (evaluation model and face network); PPDG adds per round the pivots' projection
-    (``inv_steps``) and the generator tuning (``tune_steps``) with its perceptual network.
+    images (rendered, then the evaluation model and face network); PPDG repeats search,
+    optimisation, selection and scoring every round (its first round's search once per job)
+    and between rounds projects ``num_inv_points`` pivots (``inv_steps``) and tunes the
+    generator (``tune_steps``), each step through the generator and its perceptual network.
     Precision: ``params['precision']`` where the config has it, else fp32 for PPA/IF-GMI (TF32
     forced off) and PyTorch's default (tf32) for PPDG."""
     prec = str(params.get("precision") or ("tf32" if attack == "ppdg" else "fp32"))
@@ -278,30 +280,32 @@ def inversion_cost(name: str, *, attack: str, params: Mapping[str, Any], n_class
     fs = params.get("final_selection") or {}
     kept = int(fs.get("samples_per_target", n_cand)) if fs else n_cand
     g_fwd = g_fb = t_fwd = t_fb = p_fb = 0.0
-    searches = 1 if attack == "ppdg" else k
+    # the search: per class and round; PPDG's first round (untuned generator) once per job
+    searches = (1 + k * (rounds - 1)) if attack == "ppdg" else k
     g_fwd += searches * search
     t_fwd += searches * search
     opt = k * n_cand * total_steps * rounds
     g_fb += opt
     t_fb += opt
-    if fs:
-        g_fwd += k * n_cand
-        t_fwd += k * n_cand * int(fs.get("iterations", 0))
-    if attack == "ppdg":
+    if fs:   # every round: the candidates rendered once, `iterations` augmented target forwards
+        g_fwd += rounds * k * n_cand
+        t_fwd += rounds * k * n_cand * int(fs.get("iterations", 0))
+    g_fwd += rounds * k * kept   # the kept images rendered for the scorers, every round
+    if attack == "ppdg" and rounds > 1:   # between rounds: project the pivots, tune G
         inv = params.get("inv_steps") or {"pointwise": 300, "mmd": 100, "ct": 150}[
             params.get("measure", "pointwise")]
         tune = params.get("tune_steps") or (25 if params.get("measure") == "ct" else 150)
         points = int(params.get("num_inv_points", 1))
-        per_round = k * points * (int(inv) + int(tune))
-        g_fb += (rounds - 1) * per_round if rounds > 1 else per_round
-        p_fb += (rounds - 1) * per_round if rounds > 1 else per_round
+        between = (rounds - 1) * k * points * (int(inv) + int(tune))
+        g_fb += between
+        p_fb += between
     passes = [Pass(generator, generator_resolution, "fwd", g_fwd, prec),
               Pass(generator, generator_resolution, "fb", g_fb, prec),
               Pass(architecture, input_resolution, "fwd", t_fwd, prec),
               Pass(architecture, input_resolution, "fb", t_fb, prec),
-              Pass(evaluation[0], evaluation[1], "fwd", k * kept, prec)]
+              Pass(evaluation[0], evaluation[1], "fwd", rounds * k * kept, prec)]
     if face:
-        passes.append(Pass(face[0], face[1], "fwd", k * kept, prec))
+        passes.append(Pass(face[0], face[1], "fwd", rounds * k * kept, prec))
     if p_fb and perceptual:
         passes.append(Pass(perceptual[0], perceptual[1], "fb", p_fb, prec))
     del crop  # the crop and resize are cheap next to the networks
@@ -551,13 +555,14 @@ def job_cost_for(rule: str, wc: Mapping[str, Any], config: Mapping[str, Any], *,
             perceptual = (("vgg16", gen_res) if p.get("perceptual") == "vgg16_lpips"
                           else (str((config.get("face_embedding") or {}).get(
                               "architecture", "resnet18")), res))
-        return inversion_cost(name, attack=attack, params=p, n_classes_job=n_classes_job,
-                              generator=gen_key, generator_resolution=gen_res,
-                              crop=config["generators"][config["datasets"][ds]["generator"]].get(
-                                  "center_crop"),
-                              architecture=arch, input_resolution=int(p["input_resolution"]),
-                              evaluation=evaluation, face=face, perceptual=perceptual,
-                              gpu_mem_mb=gpu_mem_mb)
+        job = inversion_cost(name, attack=attack, params=p, n_classes_job=n_classes_job,
+                             generator=gen_key, generator_resolution=gen_res,
+                             crop=config["generators"][config["datasets"][ds]["generator"]].get(
+                                 "center_crop"),
+                             architecture=arch, input_resolution=int(p["input_resolution"]),
+                             evaluation=evaluation, face=face, perceptual=perceptual,
+                             gpu_mem_mb=gpu_mem_mb)
+        return dataclasses.replace(job, rule=rule)
     if rule == "train_evaluation_model":
         ds = wc["dataset"]
         ev = config["evaluation_model"]
