@@ -570,3 +570,20 @@ def test_figure2_error_bars_in_both_axes(tmp_path, saved):
     with pytest.raises(ValueError, match=r"\['ppa_n_images'\]"):
         figures.observed_vs_predicted(summ.drop(columns="ppa_n_images"), spec,
                                       tmp_path / "f2b.png")
+
+
+def test_figure4_interval_note_stays_above_the_panels_of_a_tall_figure():
+    """The note on the bars sits above the first row however many rows the figure has (at a
+    fraction of the height it sank into the first panel of the 15-row figure of a run)."""
+    summ = crowded_summary()
+    fig, n = figures._accuracy_vs_privacy_figure(
+        summ, attacks=["ppa", "ifgmi", "ppdg"], metrics=["attacc1", "dist_face"],
+        architecture="resnet18", per_image=per_image_of(summ))
+    assert n == 6
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    note = fig._suptitle.get_window_extent(renderer)
+    assert note.y1 <= fig.bbox.y1
+    for ax in fig.axes:
+        assert note.y0 >= ax.title.get_window_extent(renderer).y1
+        assert not _overlap(note, ax.get_window_extent(renderer))

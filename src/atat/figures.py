@@ -526,8 +526,11 @@ def _accuracy_vs_privacy_figure(summary: pd.DataFrame, *, attacks: Sequence[str]
         ", AttAcc" if any(m in RATE_METRICS for _, m in rows) else "") + ")"]
     if any(m not in RATE_METRICS for _, m in rows):
         kinds.append("Student t over per-class means (EvalConf, δ)")
+    # at a fixed distance from the top edge (a fraction of the height would sink into the
+    # first row of a tall figure), so that tight_layout keeps the panels below it
     fig.suptitle(wrap_title(f"Bars: 95% intervals, {'; '.join(kinds)}; seeds pooled",
-                            4.6 * len(datasets) - 0.3, 9), fontsize=9)
+                            4.6 * len(datasets) - 0.3, 9), fontsize=9, va="top",
+                 y=1 - 0.08 / fig.get_figheight())
     fig.tight_layout()
     fig.canvas.draw()                   # once: the layout is final, the labels do not move it
     renderer = fig.canvas.get_renderer()
