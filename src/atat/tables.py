@@ -143,8 +143,9 @@ def hsic_table(hsic_files: Sequence[str | Path], summary_csv: str | Path | None,
                                             f"({ARCH_LABELS.get(a, a)})" for d, a in
                                             zip(grouped["dataset"], grouped["architecture"])}))
     caption = entry.caption.format(cells=cells)
-    caption += (f" Mean over the {' / '.join(sorted(splits))} batches (REPO's rule) and over {n_seeds} "
-                f"seed(s); Zj = output of stage j; HSIC computed in {' / '.join(sorted(dtypes))}.")
+    caption += (f" Mean over the {' / '.join(sorted(splits))} batches (as the authors' code "
+                f"does) and over {n_seeds} seed(s); Zj = output of stage j; HSIC computed in "
+                f"{' / '.join(sorted(dtypes))}.")
     if has_ppa:
         caption += " PPA AttAcc@1 measures reconstruction."
     else:
