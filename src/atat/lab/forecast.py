@@ -81,7 +81,7 @@ def read_cpu_rates(path: Path = CPU_CSV) -> CpuRates:
         raise FileNotFoundError(f"{path} missing: run `python -m atat.lab.forecast calibrate` "
                                 f"(or `make bench`) first")
     with open(path) as fh:
-        rows = list(csv.DictReader(fh))
+        rows = list(csv.DictReader(line for line in fh if not line.startswith("#")))
     per = {r["key"]: float(r["cpu_s"]) for r in rows if r["key"] != "job_overhead"
            and not r["key"].startswith("overhead/")}
     rule_over = {r["key"][len("overhead/"):]: float(r["cpu_s"]) for r in rows
@@ -482,6 +482,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--device", choices=("gpu", "cpu"), default="gpu",
                     help="gpu: GPU rules on the GPU rates; cpu: every job on the CPU rates")
     ap.add_argument("--measured", help="CSV (rule, jobs, cpu_s) of a measured run to compare")
+    ap.add_argument("--calibration", default=str(CPU_CSV),
+                    help="CPU calibration for --device cpu (default: what calibrate wrote)")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--only", choices=("all", "units", "overhead"), default="all",
                     help="calibrate: the networks' rates, the rules' fixed parts, or both")
@@ -512,7 +514,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     jobs, config = dag_jobs(configs[1:] if len(configs) > 1 else [configs[0]])
     # on the GPU forecast the CPU rules are only counted: their CPU calibration is the demo's
     # shapes (dataset preparation, downloads and merges at paper scale are not modelled)
-    cpu = read_cpu_rates() if args.device == "cpu" else None
+    cpu = read_cpu_rates(Path(args.calibration)) if args.device == "cpu" else None
     gpu = gpu_rates(config=config) if args.device == "gpu" else None
     rows = forecast(jobs, config, gpu=gpu, cpu=cpu)
     device = gpu.name if gpu else (cpu.name if cpu else "-")
