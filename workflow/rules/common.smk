@@ -401,7 +401,7 @@ def invert_inputs(wildcards):
 
 
 def invert_resource(key, when_attacking):
-    """Resource ``key`` of rule invert: ``when_attacking`` (a value or a function of the
+    """Resource ``key`` of the invert rule, ``when_attacking`` (a value or a function of the
     wildcards) for a job that attacks, little for one that merges parts (seconds, one CPU)."""
     merge = {"gpu": 0, "mem_mb": 4000, "runtime": 30, "gpu_mem_mb": 0}
 
@@ -740,7 +740,7 @@ def _invert_gpu_card(wildcards):
     stem = Path("logs/inversion/{dataset}/{arch}/{defense}/seed{seed}/{attack}".format(**wc))
     if "start" in wc:  # rule invert_shard's log
         stem = stem.joinpath("classes{start}-{stop}".format(**wc))
-    log = stem.with_name(stem.name + ".attempts.log")
+    log = stem.with_name(f"{stem.name}.attempts.log")
     ooms = _oom_attempts(log.read_text(errors="replace")) if log.is_file() else 0
     try:
         return _pick_gpu_card(invert_gpu_mem_mb(wildcards), GPU_CARDS, ooms)
