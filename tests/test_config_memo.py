@@ -82,7 +82,7 @@ def test_dag_time_modules_import_neither_torch_nor_statsmodels():
     pull in torch/torchvision (~5 s of every dry run before issue 14 item 9) nor
     statsmodels/scipy.stats (~2 s)."""
     code = ("import sys; import atat.config, atat.config_memo, atat.weights_table, atat.io, "
-            "atat.summary, atat.tables, atat.report, atat.paper, atat.inversion_defaults, atat.inversion_resources, atat.stats.causal, "
+            "atat.summary, atat.tables, atat.paper, atat.inversion_defaults, atat.inversion_resources, atat.stats.causal, "
             "atat.stats.regression; "
             "print(sorted(m for m in ('torch', 'torchvision', 'statsmodels', 'scipy.stats') "
             "if m in sys.modules))")

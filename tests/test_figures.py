@@ -248,7 +248,7 @@ def test_robustness_figure_legend_beside_the_data_and_atat_red(tmp_path, saved):
 def test_figure2_legend_beside_the_data(tmp_path, saved):
     from test_tables import simulated_summary, with_counts
 
-    from atat.stats.regression import load_specs
+    from atat.tables import load_specs
 
     specs = {s["name"]: s for s in load_specs(ROOT / "config" / "regressions.yaml")}
     figures.observed_vs_predicted(with_counts(simulated_summary()),
@@ -544,7 +544,9 @@ def test_figure2_error_bars_in_both_axes(tmp_path, saved):
     from test_tables import simulated_summary, with_counts
 
     from atat.stats.intervals import wilson_interval
-    from atat.stats.regression import build_design, fit_spec, load_specs
+    from atat.stats.regression import build_design, fit_spec
+
+    from atat.tables import load_specs
 
     specs = {s["name"]: s for s in load_specs(ROOT / "config" / "regressions.yaml")}
     spec = specs["T15_ppa_generic_joint_ols"]

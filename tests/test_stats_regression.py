@@ -16,6 +16,7 @@ from statsmodels.othermod.betareg import BetaModel
 
 from atat.config import load_config, model_runs
 from atat.summary import robust_column
+from atat.tables import load_specs
 from atat.stats.regression import (
     SpecSkipped,
     build_design,
@@ -26,7 +27,6 @@ from atat.stats.regression import (
     fit_ols,
     fit_spec,
     gamma_from_beta,
-    load_specs,
     parameter_count,
     select_sample,
     squeeze_unit_interval,

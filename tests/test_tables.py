@@ -16,7 +16,9 @@ from statsmodels.stats.proportion import proportion_confint
 from atat import tables
 from atat.figures import accuracy_vs_privacy, observed_vs_predicted
 from atat.paper import stats_targets
-from atat.stats.regression import fit_all, load_specs
+from atat.stats.regression import fit_all
+
+from atat.tables import load_specs
 
 ROOT = Path(__file__).resolve().parents[1]
 EPS = [0.031, 0.0025, 0.0005, 1e-05]

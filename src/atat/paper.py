@@ -414,37 +414,189 @@ def _robustness_table_targets(number: int) -> Callable[[Plan], list[str]]:
                          if str(number) in robustness_table_eps(plan.config) else [])
 
 
+#: App. I.2/I.3 main-results tables. The paper prints no captions for 23, 27 and 28; its text
+#: (App. I.2-I.3) says 24 is DenseNet-169, 25 ResNet-18, 26 Stanford Dogs (PPA, ResNet-152 and
+#: ResNet-18), that "the main results tables, Tables 23 and 25, omitted confidence intervals",
+#: and that 27 and 28 are 23 and 25 with the per-image Wilson / per-class t intervals. So 23 is
+#: read as the ResNet-152 main table, and 23-26 carry point values only.
+_ALL_ATTACKS = ["ppa", "ifgmi", "ppdg"]
+_FACES = ["facescrub", "celeba"]
+MAIN_TABLES: dict[int, dict[str, Any]] = {
+    23: {"architectures": ["resnet152"], "datasets": _FACES, "attacks": _ALL_ATTACKS,
+         "intervals": False},
+    24: {"architectures": ["densenet169"], "datasets": _FACES, "attacks": _ALL_ATTACKS,
+         "intervals": False},
+    25: {"architectures": ["resnet18"], "datasets": _FACES, "attacks": _ALL_ATTACKS,
+         "intervals": False},
+    26: {"architectures": ["resnet152", "resnet18"], "datasets": ["stanford_dogs"],
+         "attacks": ["ppa"], "intervals": False},
+    27: {"architectures": ["resnet152"], "datasets": _FACES, "attacks": _ALL_ATTACKS,
+         "intervals": True, "expands": 23},
+    28: {"architectures": ["resnet18"], "datasets": _FACES, "attacks": _ALL_ATTACKS,
+         "intervals": True, "expands": 25},
+}
+
+
+def main_table_layout(number: int, config: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """:data:`MAIN_TABLES` ``[number]`` with its paper datasets and architectures in the
+    config's names (``paper_roles``, :func:`translate`; no config = the paper's)."""
+    layout = dict(MAIN_TABLES[number])
+    if config is not None:
+        for kind in ("datasets", "architectures"):
+            layout[kind] = translate(config, kind, layout[kind])
+    return layout
+
+
+# ------------------------------------------------------------------------------ what is buildable
+# Whether the config can produce a statistics table or figure (the predicates of the statistics
+# entries): a table is a target of ``all`` only when the config produces every input it needs
+# (paper Sections 4-6, App. G-I all need model-inversion leakage in the summary), and a
+# regression output (Tables 5, 15-20, cost of privacy, Figure 2) only when at least one of its
+# specifications can be fitted on the planned models (:func:`spec_identifiable`).
+
+def summary_columns(config: Mapping[str, Any]) -> set[str]:
+    """Inversion columns results/summary.csv will have under ``config``."""
+    from atat.summary import INVERSION_METRICS
+
+    return {f"{a}_{m}" for a in inversion_attacks(config) for m in INVERSION_METRICS}
+
+
+def planned_sample_frame(config: Mapping[str, Any], runs: Iterable[Any]) -> pd.DataFrame:
+    """The identifier columns results/summary.csv will have for the planned ``runs`` (one row
+    per model: dataset, architecture, defense, defense_type, seed, treatment), so that a
+    spec's sample can be selected by :func:`atat.stats.regression.select_sample` -- the
+    same selection the fit makes -- before any model is trained."""
+    import pandas as pd
+
+    defenses = config.get("defenses") or {}
+    rows = [{"dataset": r.dataset, "architecture": r.architecture, "defense": r.defense,
+             "defense_type": (defenses.get(r.defense) or {}).get("type", r.defense),
+             "seed": getattr(r, "seed", 0), "treatment": getattr(r, "treatment", None)}
+            for r in runs]
+    frame = pd.DataFrame(rows, columns=["dataset", "architecture", "defense", "defense_type",
+                                        "seed", "treatment"])
+    frame["treatment"] = pd.to_numeric(frame["treatment"])   # None -> NaN (not causal)
+    return frame
+
+
+def spec_identifiable(spec: Mapping[str, Any], config: Mapping[str, Any],
+                      runs: Iterable[Any] | None = None) -> bool:
+    """The config produces the spec's response and regressor columns and (given ``runs``)
+    the spec's sample of the planned models is large enough to fit it: n - k >=
+    ``min_df_resid`` (:func:`atat.stats.regression.check_size`, the check the fit makes),
+    with the sample selected exactly as the fit will select it (defense variants, datasets,
+    architectures, excluded rows, causal rows)."""
+    from atat.stats.regression import SpecSkipped, check_size, select_sample
+    from atat.summary import INVERSION_METRICS, robust_column
+
+    cols = summary_columns(config) | {"test_acc"} | {
+        robust_column(e) for e in config["autoattack"]["epsilons"]}
+    if spec["response"] not in cols or not set(spec.get("regressors", [])) <= cols:
+        return False
+    if runs is None:
+        return True
+    try:
+        sample, _ = select_sample(planned_sample_frame(config, runs), spec)
+        check_size(spec, sample)
+    except SpecSkipped:
+        return False
+    return True
+
+
+def regression_table_buildable(table_id: str, config: Mapping[str, Any],
+                               specs: Iterable[Mapping[str, Any]],
+                               runs: Iterable[Any] | None = None) -> bool:
+    """Table 5 (= joint fits of T15) or 15-20: every response of its specs will exist and at
+    least one of its specs can be fitted on the config's models (``runs``), so a table is
+    never a list of skipped specifications only."""
+    if str(table_id) == "5":
+        mine = [s for s in specs if s["name"] in TABLE5_SPECS]
+    else:
+        mine = [s for s in specs if s.get("table") == f"T{table_id}"]
+    responses = {s["response"] for s in mine}
+    runs = None if runs is None else list(runs)
+    return (bool(responses) and responses <= summary_columns(config)
+            and any(spec_identifiable(s, config, runs) for s in mine))
+
+
+def causal_buildable(config: Mapping[str, Any], regressions: Mapping[str, Any]) -> bool:
+    c = regressions.get("causal") or {}
+    responses = set(c.get("beta_responses") or []) | set(c.get("ols_responses") or [])
+    return bool(config.get("causal")) and bool(responses) and responses <= summary_columns(config)
+
+
+def main_table_buildable(table_id: str, config: Mapping[str, Any], runs: Iterable[Any]) -> bool:
+    """Tables 23-28: one of its attacks runs and a (non-causal) model of the layout is trained."""
+    layout = main_table_layout(int(table_id), config)
+    return bool(set(layout["attacks"]) & set(inversion_attacks(config))) and any(
+        r.architecture in layout["architectures"] and r.dataset in layout["datasets"]
+        and getattr(r, "treatment", None) is None for r in runs)
+
+
+# ------------------------------------------------------------------------------ the inversion priors
+def prior_unmeasured_reason(config: Mapping[str, Any], generator: str) -> str | None:
+    """Why generator ``generator``'s quality is not measured, or None if it is (rule
+    prior_quality): only a prior the workflow trains on a synthetic dataset's public pool (faces
+    or dogs), with face_embedding.source public_classifier (the classifier of that pool's
+    identities or breeds), has an instrument and real public images to judge it
+    (atat.inversion.prior_quality)."""
+    g = config["generators"][generator] or {}
+    if "train" not in g:
+        return (f"not measured: downloaded prior (generators.{generator}.url); its training "
+                f"images are not part of the workflow and no classifier of them is trained "
+                f"(its quality is its authors' published one)")
+    dataset = g["train"]["dataset"]
+    if config["datasets"][dataset]["source"] != "synthfaces":
+        return f"not measured: {dataset} has no public pool (not a synthetic dataset)"
+    source = (config.get("face_embedding") or {}).get("source")
+    if source != "public_classifier":
+        return (f"not measured: face_embedding.source is {source}, not public_classifier "
+                f"(no classifier of {dataset}'s public pool)")
+    return None
+
+
+def inversion_priors(config: Mapping[str, Any], inverted: Sequence[Any]) -> dict[str, str | None]:
+    """Each generator the attacks use on the models ``inverted`` (objects with a ``dataset``)
+    -> None where its quality is measured, else the reason it is not (sorted by name)."""
+    names = {config["datasets"][r.dataset].get("generator") for r in inverted} - {None}
+    return {name: prior_unmeasured_reason(config, name) for name in sorted(names)}
+
+
+def prior_quality_path(generator: str) -> str:
+    """Where rule prior_quality writes generator ``generator``'s quality record."""
+    return f"results/generators/{generator}.quality.json"
+
+
 # ------------------------------------------------------------------------------ statistics
 def _stats(plan: Plan) -> dict[str, list[str]]:
-    """Targets of the statistics stage by entry id (decided by atat.report's predicates:
+    """Targets of the statistics stage by entry id (decided by the predicates above:
     a table only when its specs can be fitted on the planned models)."""
-    from atat import report
     from atat.stats.regression import expand_grids
 
     config, runs = plan.config, list(plan.runs)
     specs = expand_grids(plan.regressions, statistics=config.get("statistics"))
-    cols = report.summary_columns(config)
+    cols = summary_columns(config)
     by_name = {s["name"]: s for s in specs}
 
     def fits(name: str | None) -> bool:
         s = by_name.get(name) if name else None
-        return bool(s) and s["response"] in cols and report.spec_identifiable(s, config, runs)
+        return bool(s) and s["response"] in cols and spec_identifiable(s, config, runs)
 
     out: dict[str, list[str]] = {}
     out["regressions"] = (["results/stats/regressions.csv"] if any(
-        s["response"] in cols and report.spec_identifiable(s, config, runs) for s in specs)
+        s["response"] in cols and spec_identifiable(s, config, runs) for s in specs)
         else [])
     for t in REGRESSION_TABLE_IDS:
-        out[f"table{t}"] = (table_files(f"table{t}") if report.regression_table_buildable(
+        out[f"table{t}"] = (table_files(f"table{t}") if regression_table_buildable(
             t, config, specs, runs) else [])
     cop = (plan.regressions.get("cost_of_privacy") or {}).get("spec")
     out["cost_of_privacy"] = (["results/stats/cost_of_privacy.csv",
                                "results/stats/cost_of_privacy.md"] if fits(cop) else [])
     out["table21_22"] = (table_files("table21") + table_files("table22")
-                         if report.causal_buildable(config, plan.regressions) else [])
+                         if causal_buildable(config, plan.regressions) else [])
     for t in MAIN_TABLE_IDS:
         out[f"table{t}"] = (table_files(f"table{t}")
-                            if report.main_table_buildable(t, config, runs) else [])
+                            if main_table_buildable(t, config, runs) else [])
     out["figure2"] = (["results/figures/figure2_observed_vs_predicted.png"]
                       if fits(FIGURE2_SPEC) else [])
     # Figure 4: planned when it has a point, a standard-variant model of one of its types on
@@ -961,8 +1113,6 @@ def per_image_selection(plan: Plan, entry_id: str) -> list[str] | None:
         return [f"results/inversion/{r.path}/{a}/per_image.csv" for r in grid_runs(plan)
                 for a in run_attacks(plan.config, r) if r.architecture == arch
                 and r.defense in FIGURE4_TYPES and is_standard_variant(plan.config, r.defense)]
-    from atat.tables import main_table_layout
-
     layout = main_table_layout(int(table_number(entry_id)), plan.config)
     return [f"results/inversion/{r.path}/{a}/per_image.csv" for r in grid_runs(plan)
             for a in run_attacks(plan.config, r)
@@ -994,8 +1144,6 @@ def output_reads(plan: Plan, entry_id: str) -> list[str]:
     elif entry_id in PER_IMAGE_ENTRIES:
         reads += per_image_selection(plan, entry_id) or []
     elif entry_id == "preconditions":
-        from atat.preconditions import inversion_priors, prior_quality_path
-
         inverted = list(plan.runs) if plan.attacks else []
         reads += [f"results/models/{r.path}/metrics.json" for r in plan.runs]
         reads += [prior_quality_path(g) for g, why in

@@ -34,7 +34,8 @@ import pandas as pd
 from atat import io
 from atat.config import ConfigError
 from atat.inversion_defaults import PRIOR_STATISTICS
-from atat.paper import output, plain_nodef_defenses, precondition_roles, section3_roles
+from atat.paper import (inversion_priors, output, plain_nodef_defenses, precondition_roles,
+                        prior_quality_path, prior_unmeasured_reason, section3_roles)
 from atat.summary import robust_column
 
 log = logging.getLogger(__name__)
@@ -147,39 +148,6 @@ def _success(history: Sequence[Mapping[str, Any]], epochs: int) -> tuple[float, 
     if len(last) < epochs:
         note += f"; only {len(last)} epochs logged"
     return sum(last) / len(last), note
-
-
-def prior_unmeasured_reason(config: Mapping[str, Any], generator: str) -> str | None:
-    """Why generator ``generator``'s quality is not measured, or None if it is (rule
-    prior_quality): only a prior the workflow trains on a synthetic dataset's public pool (faces
-    or dogs), with face_embedding.source public_classifier (the classifier of that pool's
-    identities or breeds), has an instrument and real public images to judge it
-    (atat.inversion.prior_quality)."""
-    g = config["generators"][generator] or {}
-    if "train" not in g:
-        return (f"not measured: downloaded prior (generators.{generator}.url); its training "
-                f"images are not part of the workflow and no classifier of them is trained "
-                f"(its quality is its authors' published one)")
-    dataset = g["train"]["dataset"]
-    if config["datasets"][dataset]["source"] != "synthfaces":
-        return f"not measured: {dataset} has no public pool (not a synthetic dataset)"
-    source = (config.get("face_embedding") or {}).get("source")
-    if source != "public_classifier":
-        return (f"not measured: face_embedding.source is {source}, not public_classifier "
-                f"(no classifier of {dataset}'s public pool)")
-    return None
-
-
-def inversion_priors(config: Mapping[str, Any], inverted: Sequence[Any]) -> dict[str, str | None]:
-    """Each generator the attacks use on the models ``inverted`` (objects with a ``dataset``)
-    -> None where its quality is measured, else the reason it is not (sorted by name)."""
-    names = {config["datasets"][r.dataset].get("generator") for r in inverted} - {None}
-    return {name: prior_unmeasured_reason(config, name) for name in sorted(names)}
-
-
-def prior_quality_path(generator: str) -> str:
-    """Where rule prior_quality writes generator ``generator``'s quality record."""
-    return f"results/generators/{generator}.quality.json"
 
 
 def _num(value: Any) -> float:

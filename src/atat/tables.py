@@ -11,6 +11,7 @@ import pandas as pd
 from atat import io
 from atat.paper import (ARCH_LABELS, ATTACK_NAMES, DATASET_LABELS, DEFENSE_LABELS,
                         REGRESSION_TABLE_IDS, output, robustness_table_number, translate)
+from atat.paper import MAIN_TABLES, main_table_layout
 from atat.paper import label as _label
 from atat.summary import robust_column
 
@@ -465,39 +466,6 @@ def causal_tables(summary_csv: str | Path, table21: Sequence[str | Path],
 
 # --------------------------------------------------------------------------- Tables 23-28
 
-#: App. I.2/I.3 main-results tables. The paper prints no captions for 23, 27 and 28; its text
-#: (App. I.2-I.3) says 24 is DenseNet-169, 25 ResNet-18, 26 Stanford Dogs (PPA, ResNet-152 and
-#: ResNet-18), that "the main results tables, Tables 23 and 25, omitted confidence intervals",
-#: and that 27 and 28 are 23 and 25 with the per-image Wilson / per-class t intervals. So 23 is
-#: read as the ResNet-152 main table, and 23-26 carry point values only.
-_ALL_ATTACKS = ["ppa", "ifgmi", "ppdg"]
-_FACES = ["facescrub", "celeba"]
-MAIN_TABLES: dict[int, dict[str, Any]] = {
-    23: {"architectures": ["resnet152"], "datasets": _FACES, "attacks": _ALL_ATTACKS,
-         "intervals": False},
-    24: {"architectures": ["densenet169"], "datasets": _FACES, "attacks": _ALL_ATTACKS,
-         "intervals": False},
-    25: {"architectures": ["resnet18"], "datasets": _FACES, "attacks": _ALL_ATTACKS,
-         "intervals": False},
-    26: {"architectures": ["resnet152", "resnet18"], "datasets": ["stanford_dogs"],
-         "attacks": ["ppa"], "intervals": False},
-    27: {"architectures": ["resnet152"], "datasets": _FACES, "attacks": _ALL_ATTACKS,
-         "intervals": True, "expands": 23},
-    28: {"architectures": ["resnet18"], "datasets": _FACES, "attacks": _ALL_ATTACKS,
-         "intervals": True, "expands": 25},
-}
-
-
-def main_table_layout(number: int, config: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """:data:`MAIN_TABLES` ``[number]`` with its paper datasets and architectures in the
-    config's names (``paper_roles``, :func:`atat.paper.translate`; no config = the paper's)."""
-    layout = dict(MAIN_TABLES[number])
-    if config is not None:
-        for kind in ("datasets", "architectures"):
-            layout[kind] = translate(config, kind, layout[kind])
-    return layout
-
-
 PER_IMAGE_COLUMNS = ["dataset", "architecture", "defense", "attack", "class", "correct_top1",
                      "correct_top5"]
 PER_CLASS_METRICS = {"evalconf": "EvalConf", "dist_face": "delta_face", "dist_eval": "delta_eval"}
@@ -607,3 +575,19 @@ def main_results_table(per_image: pd.DataFrame, summary: pd.DataFrame | None,
                    + (f"; intervals in Table {expanded_by[0]}." if expanded_by else "."))
     write_table(table, outputs, caption)
     return table
+
+
+# --------------------------------------------------------------------------- regressions file
+def load_specs(path: str | Path, statistics: Mapping[str, Any] | None = None
+               ) -> list[dict[str, Any]]:
+    """Read a regressions YAML file and return the explicit list of specifications, with
+    the samples and reference levels of the workflow config's ``statistics`` section
+    (``statistics``; default the paper config's, ``config/config.yaml``)."""
+    import yaml
+
+    from atat.stats.regression import check_regressions, expand_grids
+
+    with open(path) as fh:
+        config = yaml.safe_load(fh) or {}
+    check_regressions(config, path, tables=REGRESSION_TABLES, statistics=statistics)
+    return expand_grids(config, path, statistics=statistics)

@@ -6,7 +6,7 @@
 # (model, attack) is several invert_shard jobs of consecutive classes (parts/classes<a>-<b>.pt,
 # each with its own resume directory) that rule invert merges into the same bytes.
 
-from atat.preconditions import inversion_priors, prior_quality_path  # noqa: E402
+from atat.paper import inversion_priors, prior_quality_path  # noqa: E402
 
 TRAINED_GENERATORS = [n for n, g in config.get("generators", {}).items() if "train" in g]
 INV_RUNS = [r for r in RUNS] if INV_ATTACKS else []

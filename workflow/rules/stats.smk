@@ -6,7 +6,7 @@
 # the config configures the inversion attacks that produce them (config key
 # `inversion: {attacks: [...]}`); otherwise they can still be requested by name, and the
 # library functions behind them are unit-tested on simulated summaries. Which outputs the
-# config can fit (atat.report's predicates) and their specifications: atat.paper.
+# config can fit (atat.paper's predicates) and their specifications: atat.paper.
 
 
 rule regressions:

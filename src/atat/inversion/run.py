@@ -18,7 +18,7 @@ import torch
 from torch import nn
 
 from atat import io
-from atat.downloads import sha256sum
+from atat.fetch.verify import sha256sum
 from atat.precision import DEFAULT_PRECISION, check_precision, tf32_active
 from atat.train import load_model
 

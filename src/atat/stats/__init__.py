@@ -23,7 +23,6 @@ _HOMES = {
     "fit_all": "regression",
     "fit_spec": "regression",
     "gamma_from_beta": "regression",
-    "load_specs": "regression",
 }
 
 
@@ -36,6 +35,6 @@ def __getattr__(name: str):
 __all__ = [
     "SpecSkipped", "assign_treatment", "causal_beta", "causal_ols", "causal_table",
     "cost_of_privacy", "cost_of_privacy_from_table", "delta_method_delta", "fit_all",
-    "fit_spec", "gamma_from_beta", "load_specs", "per_class_t_intervals",
+    "fit_spec", "gamma_from_beta", "per_class_t_intervals",
     "t_interval_mean", "wilson_from_rate", "wilson_interval",
 ]

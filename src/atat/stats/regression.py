@@ -55,7 +55,6 @@ __all__ = [
     "DEFAULTS",
     "TIDY_COLUMNS",
     "SpecSkipped",
-    "load_specs",
     "check_regressions",
     "paper_statistics",
     "causal_sample",
@@ -353,21 +352,6 @@ def expand_grids(config: Mapping[str, Any],
     return [_norm_spec(s) for s in specs]
 
 
-def load_specs(path: str | Path, statistics: Mapping[str, Any] | None = None
-               ) -> list[dict[str, Any]]:
-    """Read a regressions YAML file and return the explicit list of specifications, with
-    the samples and reference levels of the workflow config's ``statistics`` section
-    (``statistics``; default the paper config's, ``config/config.yaml``)."""
-    import yaml
-
-    from atat.tables import REGRESSION_TABLES
-
-    with open(path) as fh:
-        config = yaml.safe_load(fh) or {}
-    check_regressions(config, path, tables=REGRESSION_TABLES, statistics=statistics)
-    return expand_grids(config, path, statistics=statistics)
-
-
 # --------------------------------------------------------------------------- data
 
 
@@ -455,7 +439,7 @@ def parameter_count(spec: Mapping[str, Any], data: pd.DataFrame) -> int:
     needs it and it is not a regressor) + per non-reference level of the control its dummy
     (if ``interaction_main_effects``) and interaction, + the Beta precision. This is the k
     of :func:`build_design` (plus phi), so it can be evaluated on planned runs before any
-    number exists (:func:`atat.report.spec_identifiable`)."""
+    number exists (:func:`atat.paper.spec_identifiable`)."""
     k = 1 + len(spec["regressors"])
     factor, levels, _ = _factor_levels(data, spec)
     if factor is not None:
@@ -471,7 +455,7 @@ def check_size(spec: Mapping[str, Any], data: pd.DataFrame) -> int:
     ``min_df_resid`` residual degrees of freedom (n - k) and, for an ``accuracy * factor``
     control, holds two models per level of the factor; return k. The one place that
     decides whether a sample is large enough -- for a fit (:func:`fit_spec`) and for
-    planning a target (:func:`atat.report.spec_identifiable`)."""
+    planning a target (:func:`atat.paper.spec_identifiable`)."""
     if len(data) == 0:
         raise SpecSkipped("sample is empty after filtering")
     k = parameter_count(spec, data)
