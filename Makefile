@@ -9,7 +9,7 @@ CORES ?= 2
 # torch 2.14.1 built for CUDA 13.0 (kernels sm_75..sm_120), which need an NVIDIA driver >= 580.
 # For an older driver install the same versions from PyTorch's index of a CUDA 12 build, e.g.
 #   make venv TORCH_INDEX_URL=https://download.pytorch.org/whl/cu126   (driver >= 525)
-# (atat.device names the node's driver and the build's needs when `device: cuda` finds no GPU).
+# (atat.base.device names the node's driver and the build's needs when `device: cuda` finds no GPU).
 TORCH_INDEX_URL ?=
 TORCH_PINS := $(shell sed -n 's/^ *"\(torch\(vision\)\{0,1\}==[^"]*\)".*/\1/p' pyproject.toml)
 # The environment comes from the locks (every package, direct or not, at its version, each file
@@ -67,7 +67,7 @@ venv-test: $(VENV)/.installed-test
 # report of every table and figure the run built (results/report.html).
 demo: venv
 	$(VENV)/bin/snakemake all --configfile config/demo.yaml --cores $(CORES) --keep-going --rerun-incomplete --rerun-triggers mtime params input software-env --show-failed-logs --max-jobs-per-timespan 1000/60s --logger rich --set-threads train_model=1 autoattack=1 invert=1 measure_hsic=1 train_generator=1 train_evaluation_model=1 train_face_embedding=1 train_instrument_classifier=1
-	-$(VENV)/bin/python -m atat.critical_path
+	-$(VENV)/bin/python -m atat.lab.critical_path
 	$(VENV)/bin/snakemake --report results/report.html --configfile config/demo.yaml
 
 # The quick check (README): the tiny test config (.test/tiny) end to end in its own directory
@@ -99,10 +99,10 @@ test-paper-shapes: venv-test
 dry-run-paper: venv
 	$(VENV)/bin/snakemake -n all
 
-# Each component vs its bare-loop / direct-library limit, side by side (src/atat/bench.py);
+# Each component vs its bare-loop / direct-library limit, side by side (src/atat/lab/bench.py);
 # table on the terminal, CSV in results/bench/bench.csv.
 bench: venv
-	$(VENV)/bin/python -m atat.bench
+	$(VENV)/bin/python -m atat.lab.bench
 	$(VENV)/bin/python -m atat.lab.forecast calibrate
 
 # The campaign's cost before the first sbatch (src/atat/lab/forecast.py, docs/forecast.md): per
@@ -116,20 +116,20 @@ forecast: venv
 
 # The paper config's shapes on the device (ResNet-152 at 224 px training images/s for NoDef and
 # AT-AT with channels-last / bf16 autocast beside the paper's fp32, standard AutoAttack images/s
-# per eps, PPA at 1024 px, TF32 off inside PGD and AutoAttack): src/atat/bench_gpu.py; CSV in
+# per eps, PPA at 1024 px, TF32 off inside PGD and AutoAttack): src/atat/lab/bench_gpu.py; CSV in
 # results/bench/bench_gpu.csv. On a machine without a GPU: make bench-gpu ARGS=--quick
 bench-gpu: venv
-	$(VENV)/bin/python -m atat.bench_gpu $(ARGS)
+	$(VENV)/bin/python -m atat.lab.bench_gpu $(ARGS)
 
 # The demo's NoDef trained once per CPU float path (native kernels, AVX2-limited kernels, two
 # threads, another seed) in fresh processes: how much the demo's numbers move between machines
-# (src/atat/float_paths.py; table on the terminal, CSV in results/bench/float_paths.csv).
+# (src/atat/lab/float_paths.py; table on the terminal, CSV in results/bench/float_paths.csv).
 float-paths: venv
-	$(VENV)/bin/python -m atat.float_paths
+	$(VENV)/bin/python -m atat.lab.float_paths
 
 # The quoted tables of docs/miniature.md (the blocks between `<!-- from results/... -->` and
 # `<!-- end ... -->`) replaced by a run's files, verbatim; RUN is the directory that ran
 # `make demo` (default: this one). The prose around them stays by hand.
 RUN ?= .
 readme-tables: venv
-	$(VENV)/bin/python -m atat.readme_blocks docs/miniature.md --root $(RUN)
+	$(VENV)/bin/python -m atat.lab.readme_blocks docs/miniature.md --root $(RUN)

@@ -6,10 +6,10 @@ import copy
 import pytest
 import torch
 
-from atat import bench
-from atat.config import defense_params
-from atat.defenses import ModelContext, StepContext, build_defense
-from atat.models import build_model
+from atat.lab import bench
+from atat.plan.config import defense_params
+from atat.training.defenses import ModelContext, StepContext, build_defense
+from atat.training.models import build_model
 
 
 @pytest.fixture(scope="module")
@@ -183,7 +183,7 @@ def test_time_split_counts_forward_and_backward():
 def test_timing_leaves_the_attack_unchanged(cfg, tmp_path):
     """The hooks, markers and patched names only observe: PPA with and without them gives the
     same latents, and the patched module attributes are restored afterwards."""
-    from atat.config import inversion_params
+    from atat.plan.config import inversion_params
     from atat.inversion import core, ppa
     from atat.inversion.metrics import Evaluator
 

@@ -1,4 +1,4 @@
-"""`make bench-gpu` (atat.bench_gpu): the paper's shapes, the GPU speed-ups beside the paper's
+"""`make bench-gpu` (atat.lab.bench_gpu): the paper's shapes, the GPU speed-ups beside the paper's
 setting, and the TF32 checks inside PGD and AutoAttack."""
 
 import contextlib
@@ -7,7 +7,7 @@ import csv
 import pytest
 import torch
 
-from atat import bench_gpu
+from atat.lab import bench_gpu
 
 
 @pytest.fixture
@@ -49,9 +49,9 @@ def test_quick_run_writes_every_line(tmp_path, one_thread):
 
 def test_tf32_check_fails_when_pgd_leaves_tf32_on(monkeypatch, one_thread):
     """A PGD that forgot to switch TF32 off is caught (cuDNN's TF32 flag is on by default)."""
-    import atat.pgd
+    import atat.training.pgd
 
-    monkeypatch.setattr(atat.pgd, "attack_precision", lambda precision: contextlib.nullcontext())
+    monkeypatch.setattr(atat.training.pgd, "attack_precision", lambda precision: contextlib.nullcontext())
     torch.backends.cudnn.allow_tf32 = True
     cfg = bench_gpu.paper_config()
     lines = bench_gpu.bench_training(cfg, bench_gpu.quick_shapes(), torch.device("cpu"),
@@ -62,10 +62,10 @@ def test_tf32_check_fails_when_pgd_leaves_tf32_on(monkeypatch, one_thread):
 
 def test_autocast_check_fails_when_pgd_runs_under_the_training_autocast(monkeypatch, one_thread):
     """A PGD that left the training step's bf16 autocast on is caught."""
-    import atat.pgd
-    from atat.precision import no_tf32
+    import atat.training.pgd
+    from atat.base.precision import no_tf32
 
-    monkeypatch.setattr(atat.pgd, "attack_precision", lambda precision: no_tf32())
+    monkeypatch.setattr(atat.training.pgd, "attack_precision", lambda precision: no_tf32())
     lines = bench_gpu.bench_training(bench_gpu.paper_config(), bench_gpu.quick_shapes(),
                                      torch.device("cpu"), variants=("fp32", "bf16_autocast"),
                                      steps=1, repeats=1)

@@ -1,4 +1,4 @@
-"""atat.claims: the paper's claims against a run, on simulated workflow outputs where each
+"""atat.analysis.claims: the paper's claims against a run, on simulated workflow outputs where each
 claim holds (or fails) by construction, and the claims rule's inputs under the demo plan."""
 
 from __future__ import annotations
@@ -14,10 +14,10 @@ import pandas as pd
 import pytest
 import yaml
 
-from atat import claims as C
-from atat.claims import VERDICTS, claims_table, rate_difference
-from atat.config import ConfigError, load_config, model_runs
-from atat.paper import Plan, claims_inputs, final_targets
+from atat.analysis import claims as C
+from atat.analysis.claims import VERDICTS, claims_table, rate_difference
+from atat.plan.config import ConfigError, load_config, model_runs
+from atat.analysis.paper import Plan, claims_inputs, final_targets
 
 ROOT = Path(__file__).resolve().parents[1]
 PAPER, DEMO = ROOT / "config" / "config.yaml", ROOT / "config" / "demo.yaml"
@@ -542,8 +542,8 @@ def test_the_caption_names_each_priors_quality_verdict():
     failed, so a failed dogs prior is not read as the prior of the face claims."""
     import pandas as pd
 
-    from atat import claims as C
-    from atat.preconditions import PRIOR
+    from atat.analysis import claims as C
+    from atat.analysis.preconditions import PRIOR
 
     def inputs(rows):
         empty = pd.DataFrame()
@@ -569,7 +569,7 @@ def test_the_caption_names_each_priors_quality_verdict():
 def test_the_summary_carries_each_models_test_set_size(tmp_path):
     """§6's accuracy part needs the test images behind each test accuracy (n_test of the
     model's metrics.json, a summary column)."""
-    from atat.summary import summary_row
+    from atat.analysis.summary import summary_row
 
     (tmp_path / "metrics.json").write_text(json.dumps(
         {"test_acc": 0.5, "test_top5": 0.9, "val_acc": 0.5, "best_epoch": 3,

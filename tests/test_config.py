@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from atat.config import (ConfigError, defense_params, load_config, model_runs, training_params,
+from atat.plan.config import (ConfigError, defense_params, load_config, model_runs, training_params,
                          validate_config)
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -123,7 +123,7 @@ def test_bad_config_is_rejected_naming_the_key(demo, desc, path, value, words):
 
 
 def test_inversion_overrides_apply_per_cell():
-    from atat.config import inversion_params
+    from atat.plan.config import inversion_params
     paper = load_config(PAPER)
     dogs = inversion_params(paper, "stanford_dogs", "resnet18", "nodef", "ppa")
     assert dogs["steps"] == 100 and dogs["lr"] == 0.01 and dogs["center_crop"] is None
@@ -171,7 +171,7 @@ def test_snakemake_stops_before_any_job_on_a_bad_config(tmp_path):
 
 
 def test_inversion_params_do_not_depend_on_key_order():
-    from atat.config import inversion_params
+    from atat.plan.config import inversion_params
     a = load_config(PAPER, DEMO)
     b = copy.deepcopy(a)
     b["inversion"]["ppdg"] = dict(reversed(list(b["inversion"]["ppdg"].items())))
@@ -546,8 +546,8 @@ def test_table4_default_is_fine_when_the_grid_trains_resnet152():
 
 
 def test_autoattack_job_and_config_share_one_settings_rule():
-    """robustness._check_arguments calls atat.config.check_autoattack_settings (one home)."""
-    from atat import config as config_module
+    """robustness._check_arguments calls atat.plan.config.check_autoattack_settings (one home)."""
+    from atat.plan import config as config_module
 
     robustness = (ROOT / "src" / "atat" / "robustness.py").read_text()
     assert "check_autoattack_settings(settings, version)" in robustness
@@ -645,7 +645,7 @@ def test_paper_roles_errors_name_the_key(demo, desc, roles, words):
 
 
 def test_paper_roles_absent_is_the_identity_and_the_demo_maps_its_grid(demo):
-    from atat.paper import PAPER_ROLE_NAMES, paper_roles
+    from atat.analysis.paper import PAPER_ROLE_NAMES, paper_roles
 
     paper = load_config(PAPER)
     assert "paper_roles" not in paper
@@ -667,8 +667,8 @@ def test_causal_replicates_get_only_the_attacks_tables_21_22_read():
 
     import yaml
 
-    from atat import paper
-    from atat.config import load_config, model_runs, validate_config
+    from atat.analysis import paper
+    from atat.plan.config import load_config, model_runs, validate_config
 
     root = Path(__file__).resolve().parents[1] / "config"
     cfg = load_config(root / "config.yaml", root / "demo.yaml")
@@ -706,8 +706,8 @@ def test_a_grid_block_chooses_its_models_attacks():
     (cell, attack) with an attacked model; an unknown attack is a ConfigError naming the key."""
     import copy
 
-    from atat import paper
-    from atat.config import load_config, model_runs, validate_config
+    from atat.analysis import paper
+    from atat.plan.config import load_config, model_runs, validate_config
 
     root = Path(__file__).resolve().parents[1] / "config"
     cfg = load_config(root / "config.yaml", root / "demo.yaml")

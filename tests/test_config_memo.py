@@ -1,4 +1,4 @@
-"""Config validation memo (atat.config_memo) and the DAG's imports staying free of torch."""
+"""Config validation memo (atat.plan.config_memo) and the DAG's imports staying free of torch."""
 
 import subprocess
 import sys
@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-import atat.config
-from atat import config_memo
-from atat.config import ConfigError, load_config
-from atat.config_memo import fingerprint, validate_config_once
+import atat.plan.config
+from atat.plan import config_memo
+from atat.plan.config import ConfigError, load_config
+from atat.plan.config_memo import fingerprint, validate_config_once
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -23,7 +23,7 @@ def calls(monkeypatch):
         if config.get("bad"):
             raise ConfigError("invalid configuration: bad: not allowed")
 
-    monkeypatch.setattr(atat.config, "validate_config", fake_validate)
+    monkeypatch.setattr(atat.plan.config, "validate_config", fake_validate)
     return seen
 
 
@@ -81,9 +81,9 @@ def test_dag_time_modules_import_neither_torch_nor_statsmodels():
     """What common.smk and the rule files import while Snakemake builds the DAG must not
     pull in torch/torchvision (~5 s of every dry run before issue 14 item 9) nor
     statsmodels/scipy.stats (~2 s)."""
-    code = ("import sys; import atat.config, atat.config_memo, atat.weights_table, atat.io, "
-            "atat.summary, atat.tables, atat.paper, atat.inversion_defaults, atat.inversion_resources, atat.stats.causal, "
-            "atat.stats.regression; "
+    code = ("import sys; import atat.plan.config, atat.plan.config_memo, atat.plan.weights_table, atat.base.io, "
+            "atat.analysis.summary, atat.analysis.tables, atat.analysis.paper, atat.plan.inversion_defaults, atat.plan.inversion_resources, atat.analysis.stats.causal, "
+            "atat.analysis.stats.regression; "
             "print(sorted(m for m in ('torch', 'torchvision', 'statsmodels', 'scipy.stats') "
             "if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,

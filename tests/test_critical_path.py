@@ -1,6 +1,6 @@
-"""atat.critical_path on a hand-written Snakemake run log (the format of Snakemake 9's log)."""
+"""atat.lab.critical_path on a hand-written Snakemake run log (the format of Snakemake 9's log)."""
 
-from atat import critical_path as cp
+from atat.lab import critical_path as cp
 
 LOG = """\
 Provided cores: 2

@@ -32,7 +32,7 @@ from PIL import Image
 from atat.data import prepare as P
 from atat.data.manifest import STAMP_SUFFIX, read_dataset, split_indices
 from atat.data.builders import stanford_dogs
-from atat.fetch import ChecksumError, transports
+from atat.base.fetch import ChecksumError, transports
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -453,7 +453,7 @@ def _send(h, body: bytes, ctype="application/octet-stream", length: int | None =
 
 class FakeKaggleApi:
     """Stands in for the official client (``kaggle.api.kaggle_api_extended.KaggleApi``) at
-    the boundary ``atat.fetch.transports.kaggle_api``: the client talks RPC over HTTPS to
+    the boundary ``atat.base.fetch.transports.kaggle_api``: the client talks RPC over HTTPS to
     api.kaggle.com, which cannot be imitated here.  It refuses a wrong ``KAGGLE_KEY`` the way
     the client does (``requests.HTTPError`` with the 401 response) and writes
     ``<slug>.zip`` into ``path``."""
@@ -475,7 +475,7 @@ class FakeKaggleApi:
 
 def test_kaggle_download_credentials_never_logged_or_written(tmp_path, monkeypatch, caplog):
     # Forwarding of the credentials on the client's redirect to the storage host is the
-    # official client's business now (not testable without network, see atat.fetch.transports).
+    # official client's business now (not testable without network, see atat.base.fetch.transports).
     src = tmp_path / "src"
     src.mkdir()
     make_facescrub_zip(src / "f.zip")
@@ -667,7 +667,7 @@ def test_http_progress_is_logged_in_lines(tmp_path, server, monkeypatch, caplog)
         body = (src / name).read_bytes() + (b"\0" * (3 << 20) if name == "images.tar" else b"")
         server.routes[f"/dogs/{name}"] = (body, None)
     monkeypatch.setattr(stanford_dogs, "STANFORD_DOGS_BASE_URL", f"{server.base}/dogs")
-    caplog.set_level(logging.INFO, logger="atat.fetch")
+    caplog.set_level(logging.INFO, logger="atat.base.fetch")
     P.fetch_raw("stanford_dogs", tmp_path / "raw", lock_file=tmp_path / "lock.yaml")
     lines = [r.getMessage() for r in caplog.records if "% of" in r.getMessage()]
     assert any("images.tar" in m and "100% of" in m for m in lines)

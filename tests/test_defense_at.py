@@ -5,9 +5,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from atat.defenses.at import AdversarialTraining
-from atat.defenses.base import StepContext
-from atat.pgd import pgd
+from atat.training.defenses.at import AdversarialTraining
+from atat.training.defenses.base import StepContext
+from atat.training.pgd import pgd
 
 
 def setup():
@@ -76,8 +76,8 @@ def test_train_step_updates_the_model():
 def test_meaningless_perturbations_and_weights_are_rejected(type_name, params, key):
     """Issue 13 item 16: inputs lie in [-1, 1], so epsilon <= 2; a step beyond epsilon is
     clipped back; a zero loss trains nothing."""
-    from atat.defenses import build_defense
-    from atat.defenses.base import DefenseConfigError
+    from atat.training.defenses import build_defense
+    from atat.training.defenses.base import DefenseConfigError
     with pytest.raises(DefenseConfigError, match=f"defenses.x.{key}"):
         build_defense({"type": type_name, **params}, 5, where="defenses.x")
     build_defense({"type": type_name, "epsilon": 2.0, "step_size": 2.0}, 5)  # the boundary

@@ -1,16 +1,16 @@
 """BiDO (docs/sources.md#bido): the loss is CE_mean + λx Σ_l nHSIC(Z_l, X) − λy Σ_l nHSIC(Z_l, Y)
 over the four stage outputs, its HSIC values equal the formula, its gradient reaches the first
-layer (its training run through atat.train: tests/test_defense_registry.py)."""
+layer (its training run through atat.training.train: tests/test_defense_registry.py)."""
 
 import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
 
-from atat.defenses.base import StepContext
-from atat.defenses.bido import BiDO
-from atat.hsic import hsic_xz, hsic_yz
-from atat.models import build_model
+from atat.training.defenses.base import StepContext
+from atat.training.defenses.bido import BiDO
+from atat.training.hsic import hsic_xz, hsic_yz
+from atat.training.models import build_model
 
 N_CLASSES = 3
 

@@ -1,14 +1,14 @@
 """MID (docs/sources.md#mid): bottleneck shape, KL term of the loss, stochastic evaluation (its
-training run through atat.train: tests/test_defense_registry.py)."""
+training run through atat.training.train: tests/test_defense_registry.py)."""
 
 import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
 
-from atat.defenses.base import DefenseConfigError, StepContext
-from atat.defenses.mid import MutualInformationDefense, VIBHead
-from atat.models import build_model
+from atat.training.defenses.base import DefenseConfigError, StepContext
+from atat.training.defenses.mid import MutualInformationDefense, VIBHead
+from atat.training.models import build_model
 
 N_CLASSES = 5
 
@@ -57,7 +57,7 @@ def test_bottleneck_is_half_the_feature_width(base):
 def test_default_bottleneck_is_half_the_feature_width_on_every_architecture(architecture,
                                                                              feat_dim, k):
     """Issue 13 item 8: k = feat_dim // 2 on every architecture (REPO), not only ResNet-152."""
-    from atat.defenses.base import ARCHITECTURE_FACTS
+    from atat.training.defenses.base import ARCHITECTURE_FACTS
     base = build_model(architecture, N_CLASSES)
     # the static table the config checks use (no model built at DAG time) matches the models
     assert ARCHITECTURE_FACTS[architecture] == {

@@ -1,5 +1,5 @@
 """NegLS (docs/sources.md#negls): the REPO α schedule (and PPA's one-epoch shift), the loss against
-the hand formula, the current α in training/evaluation (its training run through atat.train:
+the hand formula, the current α in training/evaluation (its training run through atat.training.train:
 tests/test_defense_registry.py)."""
 
 import math
@@ -7,8 +7,8 @@ import math
 import pytest
 import torch
 
-from atat.defenses.base import DefenseConfigError, StepContext
-from atat.defenses.negls import NegativeLabelSmoothing, scheduled_alpha
+from atat.training.defenses.base import DefenseConfigError, StepContext
+from atat.training.defenses.negls import NegativeLabelSmoothing, scheduled_alpha
 
 N_CLASSES = 3
 
@@ -95,7 +95,7 @@ def test_state_round_trip():
 
 
 def test_scaled_schedule_stretches_the_repo_schedule_to_short_runs():
-    from atat.defenses.negls import scheduled_alpha
+    from atat.training.defenses.negls import scheduled_alpha
     repo = [scheduled_alpha(t, -0.05, schedule="repo", total_epochs=100) for t in range(100)]
     scaled = [scheduled_alpha(t, -0.05, schedule="scaled", total_epochs=100) for t in range(100)]
     assert scaled == repo

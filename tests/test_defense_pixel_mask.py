@@ -7,12 +7,12 @@ import torch.nn.functional as F
 from PIL import Image
 from torchvision import transforms as T
 
-from atat import io
+from atat.base import io
 from atat.data.loading import DEFAULT_AUG, build_transform
-from atat.defenses.base import DefenseConfigError, ModelContext, StepContext
-from atat.defenses.pixel_mask import (MaskTransform, PixelMaskDefense, apply_threshold_,
+from atat.training.defenses.base import DefenseConfigError, ModelContext, StepContext
+from atat.training.defenses.pixel_mask import (MaskTransform, PixelMaskDefense, apply_threshold_,
                                       binarize, group_norms, mask_stats)
-from atat.models import build_model
+from atat.training.models import build_model
 
 R = 32
 CTX = ModelContext(architecture="resnet18", resolution=R)
@@ -23,7 +23,7 @@ def defense(**params):
 
 
 def stage_checkpoint(path, mask):
-    """A stage-1/2 model file in the atat.train format holding ``mask``."""
+    """A stage-1/2 model file in the atat.training.train format holding ``mask``."""
     d = defense(stage="group_lasso")
     model = d.build_model(build_model("resnet18", 4))
     with torch.no_grad():
@@ -273,8 +273,8 @@ def data_root(tmp_path_factory, make_synthfaces):
 
 def test_kept_fraction_written_with_the_model_is_the_kept_masks_mean(data_root, tmp_path,
                                                                     monkeypatch):
-    from atat.defenses import REGISTRY
-    from atat.train import TrainSpec, load_model, train
+    from atat.training.defenses import REGISTRY
+    from atat.training.train import TrainSpec, load_model, train
     monkeypatch.setitem(REGISTRY, "pixel_mask", PixelMaskDefense)  # until registered
     recipe = {"optimizer": "adam", "lr": 0.05, "betas": [0.9, 0.999], "weight_decay": 0.0,
               "batch_size": 16, "eval_batch_size": 64, "epochs": 2, "lr_milestones": [1],

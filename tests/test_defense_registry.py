@@ -1,5 +1,5 @@
-"""Every defense of the registry (atat.defenses.REGISTRY) through one training run of
-atat.train: one epoch of ResNet-18 at 16 px on the tiny synthetic dataset (tests/conftest.py),
+"""Every defense of the registry (atat.training.defenses.REGISTRY) through one training run of
+atat.training.train: one epoch of ResNet-18 at 16 px on the tiny synthetic dataset (tests/conftest.py),
 finite losses, and load_model giving back the registered class with its state. The checks that
 are a defense's own (BiDO's HSIC terms, MID's bottleneck and KL, NegLS's smoothing) are kept
 beside it in :data:`CHECKS`; the defenses' other behaviour is tested in tests/test_defense_*.py."""
@@ -9,10 +9,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from atat.defenses import REGISTRY
-from atat.defenses.bido import BiDO
-from atat.defenses.mid import MutualInformationDefense
-from atat.defenses.negls import NegativeLabelSmoothing
+from atat.training.defenses import REGISTRY
+from atat.training.defenses.bido import BiDO
+from atat.training.defenses.mid import MutualInformationDefense
+from atat.training.defenses.negls import NegativeLabelSmoothing
 
 AUGMENTATION = {"random_resized_crop": True, "rrc_scale": [0.85, 1.0], "horizontal_flip": True,
                 "color_jitter": False}
@@ -53,7 +53,7 @@ def test_the_cases_name_registered_defenses():
 
 @pytest.mark.parametrize("type_name", sorted(REGISTRY))
 def test_one_training_run(type_name, tmp_path, tiny_recipe, make_synthfaces):
-    from atat.train import TrainSpec, load_model, train
+    from atat.training.train import TrainSpec, load_model, train
 
     root = make_synthfaces(tmp_path / "ds")
     spec = TrainSpec(model_id=f"test/resnet18/{type_name}/seed0", dataset_root=str(root),

@@ -7,10 +7,10 @@ import torch.nn.functional as F
 import torchvision
 from torchvision.models.resnet import BasicBlock
 
-from atat.defenses.base import DefenseConfigError
-from atat.defenses.rolss import (RemoveLastStageSkip, RoLSSScaledSkip, block_skips,
+from atat.training.defenses.base import DefenseConfigError
+from atat.training.defenses.rolss import (RemoveLastStageSkip, RoLSSScaledSkip, block_skips,
                                  set_block_skip, stage_skips)
-from atat.models import build_model
+from atat.training.models import build_model
 
 
 def residual_branch(block, x):

@@ -5,10 +5,10 @@ import pytest
 import torch
 import torchvision
 
-from atat.defenses import REGISTRY
-from atat.defenses.base import DefenseConfigError
-from atat.defenses.tldmi import TransferLearningDefense, frozen_children
-from atat.models import build_model
+from atat.training.defenses import REGISTRY
+from atat.training.defenses.base import DefenseConfigError
+from atat.training.defenses.tldmi import TransferLearningDefense, frozen_children
+from atat.training.models import build_model
 
 
 def tldmi(n_classes=4, **params):
@@ -62,7 +62,7 @@ def test_freeze_rule_children_zero_to_f_inclusive_and_zero_freezes_everything():
 
 def test_frozen_parameters_identical_after_two_epochs_of_atat_train(tmp_path, monkeypatch,
                                                                     tiny_recipe, make_synthfaces):
-    from atat.train import TrainSpec, load_model, train
+    from atat.training.train import TrainSpec, load_model, train
 
     monkeypatch.setitem(REGISTRY, "tldmi", TransferLearningDefense)
     root = tmp_path / "ds"

@@ -1,5 +1,5 @@
 """Trap-MID (docs/sources.md#trap-mid): trapdoor-label schedule, augmentation, trigger/discriminator
-update, trapdoor learning, state round trip, training through atat.train."""
+update, trapdoor learning, state round trip, training through atat.training.train."""
 
 import copy
 
@@ -8,10 +8,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from atat.defenses import REGISTRY
-from atat.defenses.base import DefenseConfigError, ModelContext, StepContext
-from atat.defenses.trap_mid import TrapMID, trapdoor_label_vector
-from atat.models import Classifier
+from atat.training.defenses import REGISTRY
+from atat.training.defenses.base import DefenseConfigError, ModelContext, StepContext
+from atat.training.defenses.trap_mid import TrapMID, trapdoor_label_vector
+from atat.training.models import Classifier
 
 C, R = 4, 16
 
@@ -213,7 +213,7 @@ def test_state_round_trip_continues_identically(tmp_path):
 
 def test_trains_through_atat_train_and_triggers_come_back(tmp_path, monkeypatch, tiny_recipe,
                                                          make_synthfaces):
-    from atat.train import TrainSpec, load_model, train
+    from atat.training.train import TrainSpec, load_model, train
 
     initial = []
 

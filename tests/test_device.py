@@ -1,4 +1,4 @@
-"""atat.device: `device: cuda` never falls back to the CPU; the message names driver, build,
+"""atat.base.device: `device: cuda` never falls back to the CPU; the message names driver, build,
 capability and remedy. torch.cuda is monkeypatched to be unavailable / an unsupported GPU."""
 
 import os
@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from atat import device as dev
-from atat.config import ConfigError, load_config, validate_config
+from atat.base import device as dev
+from atat.plan.config import ConfigError, load_config, validate_config
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -96,8 +96,8 @@ def _top_level_dirs() -> list[str]:
 
 def _rules() -> dict[str, list[str]]:
     """Rules file name -> the rules it defines (and the Snakefile's own): the written-out
-    ones and the one-per-table rules its loops generate from the registry (atat.paper)."""
-    from atat import paper
+    ones and the one-per-table rules its loops generate from the registry (atat.analysis.paper)."""
+    from atat.analysis import paper
 
     out = {}
     for path in sorted(RULES_DIR.glob("*.smk")) + [ROOT / "Snakefile"]:
@@ -132,7 +132,7 @@ def test_every_schema_section_and_key_is_described_in_config_readme():
 
 
 def test_every_defense_type_and_parameter_is_described_in_config_readme():
-    from atat.defenses import REGISTRY
+    from atat.training.defenses import REGISTRY
 
     text = CONFIG_README.read_text()
     missing = [t for t in REGISTRY if f"| `{t}` |" not in text]
@@ -142,7 +142,7 @@ def test_every_defense_type_and_parameter_is_described_in_config_readme():
 
 
 def test_every_regressions_key_is_described_in_config_readme():
-    from atat.stats.regression import DEFAULTS, REGSET_KEYS, SAMPLE_KEYS
+    from atat.analysis.stats.regression import DEFAULTS, REGSET_KEYS, SAMPLE_KEYS
 
     text = CONFIG_README.read_text()
     regressions = yaml.safe_load((ROOT / "config" / "regressions.yaml").read_text())
@@ -207,7 +207,7 @@ def test_workflow_rst_renders_without_errors(overlay):
     from docutils.core import publish_parts
     from jinja2 import Environment, StrictUndefined
 
-    from atat.config import load_config
+    from atat.plan.config import load_config
 
     config = load_config(*[ROOT / "config" / n for n in ["config.yaml", *overlay]])
 
@@ -228,7 +228,7 @@ def test_workflow_rst_renders_without_errors(overlay):
 def test_code_md_module_table_lists_every_module_of_the_package():
     table = layout_table(CODE_MD.read_text(), "## Modules")
     modules = _modules()
-    assert "atat.config" in modules and "atat.data.builders.celeba" in modules
+    assert "atat.plan.config" in modules and "atat.data.builders.celeba" in modules
     missing = [m for m in modules if f"| `{m}` |" not in table]
     assert not missing, f"docs/code.md's module table lacks the modules {missing}"
     stale = sorted(set(re.findall(r"^\| `(atat(?:\.\w+)+)` \|", table, flags=re.M))

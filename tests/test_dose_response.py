@@ -1,6 +1,6 @@
 """AT-AT's dose-response (issue 17, beyond the paper): the sweep declared in the config
 (``dose_response``), its generated variants and models in the plan, and the builder
-(atat.dose_response) -- one point per lambda with 95% intervals."""
+(atat.analysis.dose_response) -- one point per lambda with 95% intervals."""
 
 from __future__ import annotations
 
@@ -11,12 +11,12 @@ import pandas as pd
 import pytest
 import yaml
 
-from atat import paper
-from atat.config import (ConfigError, dose_response_defenses, dose_response_points,
+from atat.analysis import paper
+from atat.plan.config import (ConfigError, dose_response_defenses, dose_response_points,
                          load_config, model_runs, training_params, validate_config,
                          with_dose_response)
-from atat.dose_response import ROLES, dose_response, dose_response_frame
-from atat.summary import robust_column
+from atat.analysis.dose_response import ROLES, dose_response, dose_response_frame
+from atat.analysis.summary import robust_column
 
 ROOT = Path(__file__).resolve().parents[1]
 PAPER = ROOT / "config" / "config.yaml"
@@ -286,8 +286,8 @@ def test_clean_accuracy_has_its_wilson_interval_and_needs_its_count(tmp_path):
     import numpy as np
     from matplotlib.container import ErrorbarContainer
 
-    from atat.dose_response import dose_response_figure
-    from atat.stats.intervals import wilson_interval
+    from atat.analysis.dose_response import dose_response_figure
+    from atat.analysis.stats.intervals import wilson_interval
 
     frame = dose_response_frame(_summary(seeds=(0, 1)), POINTS, dataset="synthfaces",
                                 architecture="resnet18", attack="ppa", epsilons=EPS)
@@ -335,7 +335,7 @@ def test_the_builder_writes_table_and_figure(tmp_path):
 def test_the_rule_builds_one_point_per_lambda_from_a_summary(tmp_path):
     """Rule dose_response through Snakemake on the demo config with its designed sweep, from
     a fabricated results/summaries/dose_response.csv (its own summary; no model is trained:
-    only that rule may run): its params (the points of atat.config), the script and the
+    only that rule may run): its params (the points of atat.plan.config), the script and the
     builder give one row per lambda with intervals, and the figure."""
     import subprocess
     import sys
@@ -374,10 +374,10 @@ def test_the_rule_builds_one_point_per_lambda_from_a_summary(tmp_path):
 
 
 def test_generated_variants_are_labelled_from_their_base_everywhere():
-    """Tables and figures read defense labels from atat.paper: a generated dose-response
+    """Tables and figures read defense labels from atat.analysis.paper: a generated dose-response
     variant is named after its base defense and lambda, not by its file name."""
-    from atat.config import dose_response_variant_name
-    from atat.paper import DEFENSE_LABELS, REGISTRY, label
+    from atat.plan.config import dose_response_variant_name
+    from atat.analysis.paper import DEFENSE_LABELS, REGISTRY, label
 
     for lam, text in ((0.25, "AT-AT (\u03bb = 0.25)"), (1.0, "AT-AT (\u03bb = 1)"),
                       (1e-05, "AT-AT (\u03bb = 1e-05)")):

@@ -14,7 +14,7 @@ import yaml
 from atat.downloads import (LPIPS_VGG_CHANNELS, LPIPS_VGG_URL, WeightFileError,
                             check_facenet_state_dict, check_lpips_weights, fetch, fetch_weights,
                             torchvision_hash_prefix)
-from atat.fetch import (DEFAULT_LOCK_FILE, ChecksumError, DownloadError, OfflineMissingFileError,
+from atat.base.fetch import (DEFAULT_LOCK_FILE, ChecksumError, DownloadError, OfflineMissingFileError,
                         load_lock, sha256sum)
 from atat.inversion.safe_pickle import UnsafePickleError, save_stylegan_pickle
 from atat.inversion.stylegan2 import Generator

@@ -104,7 +104,7 @@ def test_sigkill_during_training_and_inversion_then_readme_recovery(tmp_path):
     # 1. killed while the target model trains (after its first checkpoint, before model.pt)
     kill_when(work, lambda: (work / TRAIN_RESUME).exists())
     assert not (work / MODEL / "model.pt").exists()
-    # A temporary as a kill during an atomic write leaves it (name pattern of atat.io)
+    # A temporary as a kill during an atomic write leaves it (name pattern of atat.base.io)
     stale = work / MODEL / ".model.pt.killed.tmp"
     stale.write_bytes(b"\0" * 1000)
     os.utime(stale, (time.time() - 3600, time.time() - 3600))

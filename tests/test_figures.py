@@ -15,13 +15,15 @@ import pandas as pd
 import pytest
 import torch
 
-from atat import figures, io
+from atat.analysis import figures
+
+from atat.base import io
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 
 EPS = [0.031, 0.0025, 0.0005, 1e-05]
-#: every defense of the demo and the paper grid: the longest labels of atat.paper
+#: every defense of the demo and the paper grid: the longest labels of atat.analysis.paper
 DEFENSES = {"nodef": "nodef", "nodef_es": "nodef", "mid": "mid", "bido": "bido",
             "bido_lx1e3": "bido", "bido_lx1e4": "bido", "tldmi": "tldmi", "tldmi5": "tldmi",
             "negls": "negls", "rolss": "rolss", "rolss_ssf": "rolss_ssf", "trap_mid": "trap_mid",
@@ -248,7 +250,7 @@ def test_robustness_figure_legend_beside_the_data_and_atat_red(tmp_path, saved):
 def test_figure2_legend_beside_the_data(tmp_path, saved):
     from test_tables import simulated_summary, with_counts
 
-    from atat.tables import load_specs
+    from atat.analysis.tables import load_specs
 
     specs = {s["name"]: s for s in load_specs(ROOT / "config" / "regressions.yaml")}
     figures.observed_vs_predicted(with_counts(simulated_summary()),
@@ -364,7 +366,7 @@ def test_clean_correct_pool_skips_misclassified_images():
 def tiny_model(tmp_path_factory, tiny_recipe, make_synthfaces):
     """A ResNet-18 trained one epoch on a 16 px synthetic dataset (only the checkpoint format
     matters: the tests below overwrite its head)."""
-    from atat.train import TrainSpec, train
+    from atat.training.train import TrainSpec, train
 
     tmp = tmp_path_factory.mktemp("fig5")
     make_synthfaces(tmp / "ds", n_private_identities=3, images_per_identity=20, seed=1)
@@ -383,7 +385,7 @@ def tiny_model(tmp_path_factory, tiny_recipe, make_synthfaces):
 def test_figure5_skips_misclassified_images_and_stays_within_each_epsilon(tiny_model,
                                                                           tmp_path, saved):
     from atat.data.loading import ManifestDataset
-    from atat.train import load_model
+    from atat.training.train import load_model
 
     root = tiny_model / "ds" / "private"
     labels = ManifestDataset(root, "test").targets
@@ -466,10 +468,10 @@ def _two_defenses() -> tuple[pd.DataFrame, pd.DataFrame]:
 
 
 def test_figure4_error_bars_are_the_tables_intervals():
-    """Both axes carry the 95% intervals of atat.stats.intervals: clean accuracy and AttAcc@1
+    """Both axes carry the 95% intervals of atat.analysis.stats.intervals: clean accuracy and AttAcc@1
     Wilson over the pooled counts (test images, attacked images), δ_face the t interval over
     per-class means of the per-image table (as Tables 27/28) -- plotted exactly."""
-    from atat.stats.intervals import t_interval_mean, wilson_interval
+    from atat.analysis.stats.intervals import t_interval_mean, wilson_interval
 
     summ, per_image = _two_defenses()
     fig, n = figures._accuracy_vs_privacy_figure(summ, attacks=["ppa"],
@@ -518,7 +520,7 @@ def test_figure4_without_a_count_stops_with_a_message():
 
 
 def test_robustness_figure_error_bars_are_wilson_intervals(tmp_path, saved):
-    from atat.stats.intervals import wilson_interval
+    from atat.analysis.stats.intervals import wilson_interval
 
     summ, _ = _two_defenses()
     csv = tmp_path / "s.csv"
@@ -543,10 +545,10 @@ def test_figure2_error_bars_in_both_axes(tmp_path, saved):
     leakage: the 95% interval of the fitted mean (statsmodels, the fit's HC2 covariance)."""
     from test_tables import simulated_summary, with_counts
 
-    from atat.stats.intervals import wilson_interval
-    from atat.stats.regression import build_design, fit_spec
+    from atat.analysis.stats.intervals import wilson_interval
+    from atat.analysis.stats.regression import build_design, fit_spec
 
-    from atat.tables import load_specs
+    from atat.analysis.tables import load_specs
 
     specs = {s["name"]: s for s in load_specs(ROOT / "config" / "regressions.yaml")}
     spec = specs["T15_ppa_generic_joint_ols"]

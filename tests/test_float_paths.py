@@ -1,11 +1,11 @@
-"""`make float-paths` (atat.float_paths): one training per float path in a fresh process."""
+"""`make float-paths` (atat.lab.float_paths): one training per float path in a fresh process."""
 
 import csv
 
 import pytest
 import torch
 
-from atat import float_paths
+from atat.lab import float_paths
 
 
 @pytest.mark.slow  # three fresh processes, ~40 s

@@ -1,4 +1,4 @@
-"""atat.hsic: the normalised-CCA HSIC of docs/sources.md#hsic-estimator against a float64 NumPy
+"""atat.training.hsic: the normalised-CCA HSIC of docs/sources.md#hsic-estimator against a float64 NumPy
 implementation written directly from the formula, flattening, argument conventions, dependence
 ordering, gradients."""
 
@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from atat.hsic import hsic_xz, hsic_yz, nhsic, one_hot
+from atat.training.hsic import hsic_xz, hsic_yz, nhsic, one_hot
 
 
 def reference_nhsic(a, b, ktype_b="gaussian", sigma=5.0, eps=1e-5):
@@ -103,8 +103,8 @@ def test_batch_mismatch_and_unknown_kernel_raise():
 
 def test_nhsic_is_float32_exact_inside_a_bf16_training_autocast():
     """BiDO's HSIC term under the opt-in training.autocast: bf16 keeps its float32 maths."""
-    from atat.hsic import nhsic
-    from atat.precision import training_autocast
+    from atat.training.hsic import nhsic
+    from atat.base.precision import training_autocast
 
     g = torch.Generator().manual_seed(0)
     a, b = torch.randn(16, 8, generator=g), torch.randn(16, 5, generator=g)

@@ -6,12 +6,12 @@ import pandas as pd
 import pytest
 import torch
 
-from atat import io
+from atat.base import io
 from atat.data.loading import make_loader
-from atat.hsic import hsic_xz, hsic_yz
-from atat.hsic_measure import measure_hsic
-from atat.models import build_model
-from atat.tables import hsic_table
+from atat.training.hsic import hsic_xz, hsic_yz
+from atat.measures.hsic_measure import measure_hsic
+from atat.training.models import build_model
+from atat.analysis.tables import hsic_table
 
 N_CLASSES = 4
 
@@ -26,7 +26,7 @@ def data_root(tmp_path_factory, make_synthfaces):
 
 @pytest.fixture(scope="module")
 def model_path(tmp_path_factory):
-    """A checkpoint in the format of atat.train.train (random ResNet-18; BN stats perturbed
+    """A checkpoint in the format of atat.training.train.train (random ResNet-18; BN stats perturbed
     so eval mode is not the identity)."""
     torch.manual_seed(0)
     model = build_model("resnet18", N_CLASSES)
@@ -71,7 +71,7 @@ def test_matches_atat_hsic_called_directly_on_one_batch(data_root, model_path):
     # val split: unshuffled, unaugmented, so the first batch is known
     res = measure_hsic(model_path, data_root, 32, split="val", batch_size=8, n_batches=1)
     assert res["n_batches"] == 1 and not res["augmented"]
-    from atat.train import load_model
+    from atat.training.train import load_model
     model, _, _ = load_model(model_path)
     x, y = next(iter(make_loader(data_root, "val", resolution=32, batch_size=8, train=False)))
     with torch.no_grad():
@@ -125,7 +125,7 @@ def test_measurement_in_float64_matches_an_independent_reference_where_float32_d
     """The measurement's default precision reproduces a float64 NumPy reference on
     ill-conditioned inputs to 1e-8 (relative); float32 (BiDO's training precision) does not,
     which is why the tables are measured in float64."""
-    from atat.hsic_measure import batch_hsic
+    from atat.measures.hsic_measure import batch_hsic
 
     y = torch.arange(16) % N_CLASSES
     onehot = np.eye(N_CLASSES)[y.numpy()]

@@ -11,7 +11,7 @@ from atat.inversion.evaluation import (build_evaluation_model, eval_augmentation
                                        load_evaluation_model, load_face_network, load_facenet,
                                        public_holdout_split, train_evaluation_model,
                                        train_face_embedding)
-from atat.train import evaluate
+from atat.training.train import evaluate
 
 
 @pytest.fixture(scope="module")
@@ -169,7 +169,7 @@ def _weights(path):
 
 def test_evaluation_model_trains_through_atat_train_and_resumes_to_identical_weights(
         data_dir, tmp_path, monkeypatch):
-    import atat.train as T
+    import atat.training.train as T
 
     epochs = []
     real = T._train_epoch

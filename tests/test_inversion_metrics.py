@@ -176,7 +176,7 @@ def test_summarize_pools_over_images_and_keeps_nan():
 def test_evaluator_reads_the_training_split_of_the_attacked_classes(tmp_path,
                                                                     make_synthfaces):
     from atat.data.loading import ManifestDataset
-    from atat.models import build_model
+    from atat.training.models import build_model
 
     root = make_synthfaces(tmp_path / "ds", images_per_identity=8, seed=1)
     torch.manual_seed(0)
@@ -256,7 +256,7 @@ def test_cached_real_embeddings_equal_embedding_in_the_job(tmp_path, make_synthf
     itself when it attacks every class (same batches); for a subset of classes the batches
     differ, which may change the features by float rounding only."""
     from atat.inversion.metrics import load_real_embeddings, save_real_embeddings
-    from atat.models import build_model
+    from atat.training.models import build_model
 
     root = make_synthfaces(tmp_path / "ds", images_per_identity=8, seed=1)
     torch.manual_seed(0)

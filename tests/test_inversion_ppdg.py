@@ -359,7 +359,7 @@ def test_resume_equivalence(tmp_path):
 
 
 def test_config_params_are_accepted():
-    from atat.config import inversion_params, load_config
+    from atat.plan.config import inversion_params, load_config
 
     for files in (("config/config.yaml",), ("config/config.yaml", "config/demo.yaml")):
         cfg = load_config(*files)

@@ -3,7 +3,7 @@ measurements it was fitted on and gives the declared figures at the paper's sett
 
 import pytest
 
-from atat.inversion_resources import (
+from atat.plan.inversion_resources import (
     OPT_CONST_GIB,
     OPT_SLOPE_GIB,
     TARGET_GIB_224,

@@ -37,7 +37,7 @@ def test_real_embeddings_file_is_checked_against_the_job_networks(tmp_path):
     import pytest
     import torch
 
-    from atat import io
+    from atat.base import io
     from atat.data.synthfaces import generate_synthfaces
     from atat.inversion.evaluation import build_evaluation_model
     from atat.inversion.run import _checked_embeddings, write_real_embeddings

@@ -12,8 +12,8 @@ import pytest
 import torch
 import yaml
 
-from atat import io
-from atat.config import inversion_params, inversion_shards, load_config, validate_config
+from atat.base import io
+from atat.plan.config import inversion_params, inversion_shards, load_config, validate_config
 
 ROOT = Path(__file__).resolve().parents[1]
 OUTPUTS = ("per_image.csv", "best_images.pt", "final_w.pt")
@@ -57,7 +57,7 @@ def test_demo_keeps_one_job_per_model_and_attack_and_null_means_one_range():
 
 @pytest.mark.parametrize("bad", [0, -3, 2.5, "all"])
 def test_classes_per_job_is_checked_by_the_schema(tmp_path, bad):
-    from atat.config import ConfigError
+    from atat.plan.config import ConfigError
 
     overlay = tmp_path / "bad.yaml"
     overlay.write_text(yaml.safe_dump({"inversion": {"classes_per_job": {"ppa": bad}}}))
@@ -66,7 +66,7 @@ def test_classes_per_job_is_checked_by_the_schema(tmp_path, bad):
 
 
 def test_precision_is_a_checked_config_key_in_every_jobs_params(tmp_path):
-    from atat.config import ConfigError
+    from atat.plan.config import ConfigError
 
     cfg = _config()
     assert cfg["inversion"]["precision"] == "tf32"       # the authors' setting (config comment)
@@ -90,15 +90,15 @@ N_CLASSES = 4
 def job_files(tmp_path_factory):
     """A dataset of 4 private classes at 16 px and random networks written as the workflow
     writes them: target model, generator pickle, evaluation model, real embeddings."""
-    from atat.bench import demo_config
-    from atat.config import defense_params
+    from atat.lab.bench import demo_config
+    from atat.plan.config import defense_params
     from atat.data.synthfaces import generate_synthfaces
-    from atat.defenses import ModelContext, build_defense
+    from atat.training.defenses import ModelContext, build_defense
     from atat.inversion.evaluation import build_evaluation_model
     from atat.inversion.run import write_real_embeddings
     from atat.inversion.safe_pickle import save_stylegan_pickle
     from atat.inversion.stylegan2 import train_small_generator
-    from atat.models import build_model
+    from atat.training.models import build_model
 
     d = tmp_path_factory.mktemp("inversion_job")
     res = 16
@@ -235,7 +235,7 @@ def test_a_class_range_job_resumes_from_its_own_files(job_files, tmp_path, monke
 def test_ppdg_class_ranges_merge_into_the_job_over_every_class(tmp_path):
     """PPDG's per-class streams and round 1's lockstep groups (2 classes here) do not depend
     on the range a class is attacked in."""
-    from atat.bench import demo_config, inversion_networks
+    from atat.lab.bench import demo_config, inversion_networks
     from atat.inversion import ppdg
     from atat.inversion.metrics import Evaluator
     from atat.inversion.perceptual import build_perceptual
@@ -279,11 +279,11 @@ def test_ppdg_class_ranges_merge_into_the_job_over_every_class(tmp_path):
 def test_every_attack_optimises_under_the_configured_precision(monkeypatch, attack, precision):
     """fp32: TF32 off; tf32: PyTorch's defaults (cuDNN TF32 on). Before, PPA and IF-GMI
     forced TF32 off whatever the config and PPDG ran the process's flags."""
-    from atat.bench import demo_config, inversion_networks
+    from atat.lab.bench import demo_config, inversion_networks
     from atat.inversion import ifgmi, ppa, ppdg
     from atat.inversion.metrics import Evaluator
     from atat.inversion.perceptual import build_perceptual
-    from atat.precision import tf32_disabled
+    from atat.base.precision import tf32_disabled
 
     cfg = demo_config()
     nets = inversion_networks(cfg)

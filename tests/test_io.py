@@ -1,9 +1,9 @@
-"""Atomic writers of `atat.io`."""
+"""Atomic writers of `atat.base.io`."""
 
 import pytest
 import torch
 
-from atat import io
+from atat.base import io
 
 
 def test_torch_save_gives_the_same_bytes_at_any_path(tmp_path):
@@ -62,7 +62,7 @@ def test_not_a_torch_file_and_a_refused_object_name_the_file(tmp_path):
 
 
 def test_train_load_model_names_a_truncated_model(tmp_path):
-    from atat.train import load_model
+    from atat.training.train import load_model
 
     path = _truncated(tmp_path)
     with pytest.raises(io.CheckpointError, match=f"^{path}: cannot be read"):
@@ -71,7 +71,7 @@ def test_train_load_model_names_a_truncated_model(tmp_path):
 
 def test_a_corrupt_resume_file_is_moved_aside_with_a_warning(tmp_path, caplog):
     path = _truncated(tmp_path, "resume.pt")
-    with caplog.at_level("WARNING", logger="atat.io"):
+    with caplog.at_level("WARNING", logger="atat.base.io"):
         assert io.load_resume(path) is None
     assert not path.exists() and (tmp_path / "resume.pt.corrupt").exists()
     assert any(f"{path}: cannot be read" in r.getMessage() and "starting this part over"

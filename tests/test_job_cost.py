@@ -1,4 +1,4 @@
-"""The jobs' cost model (atat.job_cost), the runtime refusal at DAG time, the GPU card choice,
+"""The jobs' cost model (atat.plan.job_cost), the runtime refusal at DAG time, the GPU card choice,
 the resources on the sbatch command line, and the forecast's table (atat.lab.forecast)."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from atat import job_cost as jc
-from atat.config import load_config
+from atat.plan import job_cost as jc
+from atat.plan.config import load_config
 
 ROOT = Path(__file__).resolve().parents[1]
 PAPER = ROOT / "config" / "config.yaml"
@@ -112,7 +112,7 @@ def test_sharded_inversion_counts_each_shard(paper):
     cfg = {**paper, "inversion": {**paper["inversion"], "classes_per_job": {"ppa": 100}}}
     shards = jc.class_shards(cfg, "facescrub", "resnet152", "nodef", "ppa")
     if len(shards) == 1:
-        pytest.skip("inversion sharding (atat.config.inversion_shards) not in this tree")
+        pytest.skip("inversion sharding (atat.plan.config.inversion_shards) not in this tree")
     assert shards[0] == (0, 100) and shards[-1][1] == 530
     merge = jc.job_cost_for("invert", wc, cfg)
     assert not merge.gpu and not merge.passes               # invert only merges the parts

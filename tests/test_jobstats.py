@@ -1,11 +1,11 @@
-"""Per-job CPU accounting from the jobs' logs (atat.jobstats)."""
+"""Per-job CPU accounting from the jobs' logs (atat.lab.jobstats)."""
 
 import subprocess
 import sys
 import textwrap
 from pathlib import Path
 
-from atat import jobstats
+from atat.lab import jobstats
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -15,7 +15,7 @@ def test_a_job_logs_its_cpu_time_at_exit_including_children(tmp_path):
     script = textwrap.dedent(f"""
         import subprocess, sys, time
         sys.path.insert(0, {str(ROOT / 'src')!r})
-        from atat.progress import log_resources_at_exit
+        from atat.base.progress import log_resources_at_exit
         log_resources_at_exit("burn", 1)
         subprocess.run([sys.executable, "-c",
                         "import time\\nt=time.process_time()\\nwhile time.process_time()-t<0.6: pass"])

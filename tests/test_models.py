@@ -1,4 +1,4 @@
-"""atat.models: ImageNet weight files load in the format torchvision publishes them."""
+"""atat.training.models: ImageNet weight files load in the format torchvision publishes them."""
 
 import re
 from pathlib import Path
@@ -7,7 +7,7 @@ import pytest
 import torch
 import torchvision
 
-from atat.models import build_model, densenet_current_keys
+from atat.training.models import build_model, densenet_current_keys
 
 
 def _published(state):
@@ -48,7 +48,7 @@ def test_densenet47_is_densenet169_with_shorter_blocks():
     """Table 24 in the miniature: DenseNet-169's growth rate, width and bottleneck with its
     blocks (6, 12, 32, 32) shortened to (2, 3, 8, 8); the same 15 feature children (TL-DMI's
     freeze rule) and dense-block stages (BiDO, HSIC); no ImageNet weights."""
-    from atat.models import build_model
+    from atat.training.models import build_model
 
     net, ref = build_model("densenet47", 5), build_model("densenet169", 5)
     assert [n for n, _ in net.features.named_children()] \
@@ -73,8 +73,8 @@ def test_resnet10_is_the_shallow_from_scratch_resnet():
     ImageNet weights, so a pretrained recipe on it is refused before any job."""
     import copy
 
-    from atat.config import ConfigError, load_config, validate_config
-    from atat.models import build_model
+    from atat.plan.config import ConfigError, load_config, validate_config
+    from atat.training.models import build_model
 
     net = build_model("resnet10", 5)
     assert [len(getattr(net.features, f"layer{i}")) for i in range(1, 5)] == [1, 1, 1, 1]

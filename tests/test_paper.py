@@ -1,4 +1,4 @@
-"""The registry of paper outputs (atat.paper, issue 15 item 1): the targets of `all`, the
+"""The registry of paper outputs (atat.analysis.paper, issue 15 item 1): the targets of `all`, the
 names its entries refer to, one label per defense."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from atat import paper, tables
-from atat.config import ConfigError, load_config, model_runs
+from atat.analysis import paper, tables
+from atat.plan.config import ConfigError, load_config, model_runs
 
 ROOT = Path(__file__).resolve().parents[1]
 RECORDED = json.loads((ROOT / "tests" / "data" / "all_targets.json").read_text())
@@ -140,7 +140,7 @@ def test_stage_targets_partition_the_final_targets():
 def test_one_label_per_defense_and_architecture():
     assert tables.DEFENSE_LABELS is paper.DEFENSE_LABELS
     assert tables.ARCH_LABELS is paper.ARCH_LABELS
-    import atat.hsic_measure as hm
+    import atat.measures.hsic_measure as hm
     assert not hasattr(hm, "HSIC_LABELS") and not hasattr(hm, "ARCH_LABELS")
     # paper typography: Table 9's caption writes BiDO(.001,0); Table 1 calls it BiDO**
     assert paper.output("table9").defense_labels()["bido_lx1e3"] == "BiDO(.001,0)"

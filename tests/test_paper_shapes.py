@@ -48,8 +48,8 @@ import pandas as pd
 import pytest
 import torch
 
-from atat.config import load_config
-from atat.weights_table import torchvision_weights_filename
+from atat.plan.config import load_config
+from atat.plan.weights_table import torchvision_weights_filename
 
 ROOT = Path(__file__).resolve().parents[1]
 OVERLAY = ROOT / ".test" / "paper-shapes" / "config.yaml"

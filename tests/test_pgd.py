@@ -3,7 +3,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from atat.pgd import no_tf32, pgd, sample_targets, tf32_disabled
+from atat.training.pgd import no_tf32, pgd, sample_targets, tf32_disabled
 
 
 def tiny_model():

@@ -8,8 +8,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from atat.claims import Claim, Estimate, Part
-from atat.claims import Test as PlanTest
+from atat.analysis.claims import Claim, Estimate, Part
+from atat.analysis.claims import Test as PlanTest
 from atat.lab import power
 
 Z95, Z80 = NormalDist().inv_cdf(0.95), NormalDist().inv_cdf(0.80)

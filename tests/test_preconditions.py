@@ -14,8 +14,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from atat import preconditions as pc
-from atat.config import ConfigError, load_config
+from atat.analysis import preconditions as pc
+from atat.plan.config import ConfigError, load_config
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG = load_config(ROOT / "config" / "config.yaml")
@@ -176,7 +176,7 @@ def test_early_stopped_nodef_without_metrics_fails_with_advice(caplog):
     df = pc.check_preconditions(_summary(nodef={}, nodef_es={}), {}, CONFIG)
     row = _get(df, "nodef_es", "early_stop_val_acc_gap")
     assert not bool(row["passed"]) and "no metrics.json" in row["note"]
-    with caplog.at_level(logging.WARNING, logger="atat.preconditions"):
+    with caplog.at_level(logging.WARNING, logger="atat.analysis.preconditions"):
         assert pc.warn_failed(df[df["check"] == "early_stop_val_acc_gap"]) == 1
     assert "defenses.nodef_es.training.eval_every" in caplog.records[-1].getMessage()
 
@@ -242,7 +242,7 @@ def test_prior_statistics_at_their_threshold(value, passed):
 
 
 def test_the_paper_priors_are_reported_as_not_measured_and_the_demo_prior_is_measured():
-    from atat.config import model_runs
+    from atat.plan.config import model_runs
 
     paper = pc.inversion_priors(CONFIG, model_runs(CONFIG))
     assert set(paper) == {"ffhq", "afhqdog"} and all(paper.values())
@@ -285,7 +285,7 @@ def test_table_is_written_and_each_failure_is_a_warning(tmp_path, caplog):
         files[name] = tmp_path / f"{name.replace('/', '_')}.json"
         files[name].write_text(pd.Series(m).to_json())
     outs = [tmp_path / "preconditions.csv", tmp_path / "preconditions.md"]
-    with caplog.at_level(logging.WARNING, logger="atat.preconditions"):
+    with caplog.at_level(logging.WARNING, logger="atat.analysis.preconditions"):
         df = pc.preconditions_table(tmp_path / "summary.csv", files, outs, CONFIG)
     failed = df[df["passed"] == False]  # noqa: E712
     assert list(failed["model"]) == ["d/resnet18/permuted/seed0"]
@@ -299,8 +299,8 @@ def test_table_is_written_and_each_failure_is_a_warning(tmp_path, caplog):
 
 # --------------------------------------------------------------------------- a real model
 def test_a_permuted_model_trained_one_epoch_is_flagged(tmp_path, make_synthfaces):
-    from atat.summary import summary_row
-    from atat.train import TrainSpec, train
+    from atat.analysis.summary import summary_row
+    from atat.training.train import TrainSpec, train
 
     make_synthfaces(tmp_path / "ds", n_public_identities=2, images_per_identity=12,
                     public_images_per_identity=2, resolution=32)
@@ -344,7 +344,7 @@ def test_preconditions_table_is_a_target_of_all(tmp_path, overlay):
 
 
 def test_the_config_must_have_the_preconditions_section_and_in_bounds():
-    from atat.config import validate_config
+    from atat.plan.config import validate_config
 
     bad = copy.deepcopy(CONFIG)
     del bad["preconditions"]
@@ -365,8 +365,8 @@ def test_dose_response_variants_are_not_checked_as_the_papers_at_at():
     """The sweep's generated AT-AT variants explore other lambdas on purpose (a weak lambda
     need not reach the paper's PGD-success regime); the preconditions check the configured
     AT-AT variants, and the causal replicates through them."""
-    from atat.config import load_config, with_dose_response
-    from atat.paper import precondition_roles
+    from atat.plan.config import load_config, with_dose_response
+    from atat.analysis.paper import precondition_roles
 
     root = Path(__file__).resolve().parents[1] / "config"
     config = with_dose_response(load_config(root / "config.yaml", root / "demo.yaml",

@@ -14,8 +14,8 @@ import pytest
 import torch
 from torch import nn
 
-from atat import preconditions as pc
-from atat.config import load_config
+from atat.analysis import preconditions as pc
+from atat.plan.config import load_config
 from atat.inversion import prior_quality as pq
 from atat.inversion.stylegan2 import Generator
 
@@ -169,7 +169,7 @@ def test_a_replay_prior_reaches_the_target_and_an_untrained_generator_does_not(c
     # ... and the preconditions table says so, with one WARNING per failed statistic
     record = {"good": json.loads(json.dumps(pq._finite(good))),
               "bad": json.loads(json.dumps(pq._finite(bad)))}
-    with caplog.at_level(logging.WARNING, logger="atat.preconditions"):
+    with caplog.at_level(logging.WARNING, logger="atat.analysis.preconditions"):
         df = pc.check_preconditions(_empty_summary(), {}, CONFIG, record)
         assert pc.warn_failed(df) == 3
     assert set(df["experiment"]) == {pc.PRIOR}
@@ -204,7 +204,7 @@ def test_too_few_held_out_images_for_recall_give_nan_and_a_note():
 
 
 def test_settings_name_the_missing_key():
-    from atat.config import ConfigError
+    from atat.plan.config import ConfigError
 
     with pytest.raises(ConfigError, match="prior_quality"):
         pq.settings({"preconditions": {}})

@@ -1,8 +1,8 @@
-"""atat.progress: one complete line per step, with count, percentage, elapsed time and ETA."""
+"""atat.base.progress: one complete line per step, with count, percentage, elapsed time and ETA."""
 
 import logging
 
-from atat.progress import Progress, format_seconds, track
+from atat.base.progress import Progress, format_seconds, track
 
 
 class Clock:

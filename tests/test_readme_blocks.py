@@ -1,4 +1,4 @@
-"""atat.readme_blocks: the README's quoted tables are refreshed from a run's files."""
+"""atat.lab.readme_blocks: the README's quoted tables are refreshed from a run's files."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from atat.readme_blocks import BlockError, find_blocks, main, refresh
+from atat.lab.readme_blocks import BlockError, find_blocks, main, refresh
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -96,7 +96,7 @@ def test_the_miniature_page_quotes_only_files_the_demo_builds() -> None:
                          "docs/miniature.md")
     assert blocks, "docs/miniature.md quotes no generated table"
     assert find_blocks((ROOT / "README.md").read_text(encoding="utf-8")) == []
-    assert "atat.readme_blocks docs/miniature.md" in (ROOT / "Makefile").read_text()
+    assert "atat.lab.readme_blocks docs/miniature.md" in (ROOT / "Makefile").read_text()
     demo_targets = set(json.loads((ROOT / "tests/data/all_targets.json").read_text())
                        ["config.yaml+demo.yaml"])
     assert [b.path for b in blocks if b.path not in demo_targets] == []

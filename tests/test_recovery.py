@@ -7,7 +7,7 @@ import re
 import pytest
 import torch
 
-from atat.train import TrainSpec, train
+from atat.training.train import TrainSpec, train
 
 RECIPE = {"optimizer": "adam", "lr": 1e-3, "betas": [0.9, 0.999], "weight_decay": 0.0,
           "batch_size": 16, "eval_batch_size": 64, "epochs": 3, "lr_milestones": [2],
@@ -40,7 +40,7 @@ def test_a_truncated_resume_file_is_moved_aside_and_training_starts_over(data_ro
     resume = tmp_path / "part.resume.pt"
     data = resume.read_bytes()
     resume.write_bytes(data[: len(data) // 3])  # the node died while copying / writing it
-    with caplog.at_level("WARNING", logger="atat.io"):
+    with caplog.at_level("WARNING", logger="atat.base.io"):
         again = run(data_root, tmp_path, "part", progress=False)
     assert any(f"{resume}: cannot be read" in r.getMessage() for r in caplog.records)
     assert (tmp_path / "part.resume.pt.corrupt").read_bytes() == data[: len(data) // 3]
@@ -86,7 +86,7 @@ def test_a_truncated_inversion_batch_file_is_redone_not_fatal(tmp_path, caplog):
     for name in ("init_w.pt", "batch00000.pt"):  # killed while copying / a failing disk
         f = tmp_path / name
         f.write_bytes(f.read_bytes()[:100])
-    with caplog.at_level("WARNING", logger="atat.io"):
+    with caplog.at_level("WARNING", logger="atat.base.io"):
         again = ppa.run_ppa(G, T, params(), fake_scorer, resume_dir=tmp_path, progress=False)
     assert torch.equal(again["final_w"], full["final_w"]) and again["frame"].equals(full["frame"])
     assert (tmp_path / "init_w.pt.corrupt").exists() and (tmp_path / "batch00000.pt.corrupt").exists()

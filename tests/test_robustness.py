@@ -401,7 +401,7 @@ def test_standard_settings_without_clamping():
 
 # ----------------------------------------------------------------------------- precision
 def test_attack_precision_tf32_is_pytorch_defaults_and_restores():
-    from atat.precision import attack_precision
+    from atat.base.precision import attack_precision
 
     b = torch.backends
     before = (b.cuda.matmul.allow_tf32, b.cudnn.allow_tf32, torch.get_float32_matmul_precision())
@@ -430,7 +430,7 @@ def test_attack_precision_tf32_is_pytorch_defaults_and_restores():
 
 
 def test_attack_precision_tf32_with_new_precision_api():
-    from atat.precision import attack_precision
+    from atat.base.precision import attack_precision
 
     b = torch.backends
     before = (b.cuda.matmul.allow_tf32, b.cudnn.allow_tf32, torch.get_float32_matmul_precision())
@@ -509,7 +509,7 @@ def test_precision_benchmark_cli_on_a_trained_model(tmp_path, capsys, tiny_recip
     import yaml
 
     from atat.robustness import precision_benchmark_main
-    from atat.train import TrainSpec, train
+    from atat.training.train import TrainSpec, train
 
     make_synthfaces(tmp_path / "ds", images_per_identity=8, seed=1)
     recipe = tiny_recipe(eval_batch_size=16, lr_milestones=[])
@@ -540,7 +540,7 @@ def test_precision_benchmark_cli_on_a_trained_model(tmp_path, capsys, tiny_recip
     printed = capsys.readouterr().out
     assert "tf32-fp32" in printed and "not available on this device" in printed
     # the same model through rule autoattack's job: record written, named by model and eps
-    from atat.config import load_config
+    from atat.plan.config import load_config
     from atat.robustness import evaluate_autoattack_model_file
 
     aa = load_config(root / "config" / "config.yaml", root / "config" / "demo.yaml",
@@ -592,7 +592,7 @@ def test_autoattack_has_one_home_with_distinct_names():
 
 
 def test_autoattack_precision_key_is_validated(tmp_path):
-    from atat.config import ConfigError, load_config, validate_config
+    from atat.plan.config import ConfigError, load_config, validate_config
     from atat.robustness import evaluate_autoattack_model_file
 
     cfg = load_config(ROOT_DIR / "config" / "config.yaml")

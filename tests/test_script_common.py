@@ -82,11 +82,11 @@ def test_this_checkout_goes_first_and_a_foreign_atat_is_dropped(tmp_path, monkey
         for m in saved:
             del sys.modules[m]
         sys.modules["atat"] = foreign
-        sys.modules["atat.io"] = types.ModuleType("atat.io")  # no __file__: also foreign
+        sys.modules["atat.base.io"] = types.ModuleType("atat.base.io")  # no __file__: also foreign
         sys.path[:] = [str(other), "/x", here, "/y", here]  # editable .pth first, ours appended
         common.use_this_checkout()
         assert sys.path == [here, str(other), "/x", "/y"]
-        assert "atat" not in sys.modules and "atat.io" not in sys.modules
+        assert "atat" not in sys.modules and "atat.base.io" not in sys.modules
     finally:
         for m in [m for m in sys.modules if m == "atat" or m.startswith("atat.")]:
             del sys.modules[m]

@@ -159,7 +159,7 @@ def test_outputs_equal_local_run(runs):
     def files(d):
         return sorted(p.relative_to(d).as_posix() for p in (d / "results").rglob("*") if p.is_file())
     assert files(runs["slurm_dir"]) == files(runs["local_dir"])
-    # the model checkpoints byte for byte (atat.io.torch_save does not embed the file name)
+    # the model checkpoints byte for byte (atat.base.io.torch_save does not embed the file name)
     models = [p for p in files(runs["local_dir"]) if p.endswith(".pt")]
     assert models
     for rel in models:

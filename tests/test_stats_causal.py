@@ -10,14 +10,14 @@ from scipy import stats as sps
 from scipy.special import expit
 from statsmodels.othermod.betareg import BetaModel
 
-from atat.stats.causal import (
+from atat.analysis.stats.causal import (
     assign_treatment,
     causal_beta,
     causal_ols,
     causal_table,
     delta_method_delta,
 )
-from atat.stats.regression import SpecSkipped
+from atat.analysis.stats.regression import SpecSkipped
 
 
 def simulate_causal(seed: int = 0, n: int = 10, mu0: float = 0.84, mu1: float = 0.065,

@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 from scipy import stats as sps
 
-from atat.stats.intervals import (
+from atat.analysis.stats.intervals import (
     per_class_t_intervals,
     t_interval_mean,
     wilson_from_rate,
@@ -78,7 +78,7 @@ def test_per_class_t_intervals_groups():
 
 
 def test_wilson_pooled_sums_counts_and_trials_and_names_what_is_missing():
-    from atat.stats.intervals import wilson_interval, wilson_pooled
+    from atat.analysis.stats.intervals import wilson_interval, wilson_pooled
 
     est, lo, hi, n = wilson_pooled(pd.Series([37 / 100, 41 / 100]), pd.Series([100, 100]),
                                    "bido ppa_attacc1")

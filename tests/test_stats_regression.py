@@ -14,10 +14,10 @@ import statsmodels.formula.api as smf
 from scipy.special import expit
 from statsmodels.othermod.betareg import BetaModel
 
-from atat.config import load_config, model_runs
-from atat.summary import robust_column
-from atat.tables import load_specs
-from atat.stats.regression import (
+from atat.plan.config import load_config, model_runs
+from atat.analysis.summary import robust_column
+from atat.analysis.tables import load_specs
+from atat.analysis.stats.regression import (
     SpecSkipped,
     build_design,
     cost_of_privacy,
@@ -94,7 +94,7 @@ def simulate_summary(seed: int = 0, n_seeds: int = 1, noise: float = 0.02,
 
 def paper_grid_summary(seed: int = 0) -> pd.DataFrame:
     """A results/summary.csv look-alike with one row per model of the REAL paper grid
-    (config/config.yaml through atat.config.model_runs, causal replicates included), the
+    (config/config.yaml through atat.plan.config.model_runs, causal replicates included), the
     identifier columns as the summary rule writes them (defense_type = the variant's
     `type`) and simulated metrics."""
     cfg = load_config(ROOT / "config" / "config.yaml")
@@ -623,7 +623,7 @@ REGRESSION_FILE_CASES = [
 def test_regressions_file_is_validated_naming_file_and_key(tmp_path, desc, edit, words):
     import yaml
 
-    from atat.config import ConfigError
+    from atat.plan.config import ConfigError
 
     cfg = yaml.safe_load(CONFIG.read_text())
     edit(cfg)
@@ -636,11 +636,11 @@ def test_regressions_file_is_validated_naming_file_and_key(tmp_path, desc, edit,
 
 
 def test_regressions_file_structure_is_checked_at_dag_time_too():
-    """atat.paper.check expands the grids while Snakemake builds the DAG: the structural
+    """atat.analysis.paper.check expands the grids while Snakemake builds the DAG: the structural
     checks run there (no table names: expand_grids also takes ad-hoc specs)."""
     import yaml
 
-    from atat.config import ConfigError
+    from atat.plan.config import ConfigError
 
     cfg = yaml.safe_load(CONFIG.read_text())
     cfg["grid"] = cfg.pop("grids")

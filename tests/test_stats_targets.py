@@ -1,5 +1,5 @@
 """Which statistics outputs (Tables 5, 15-20, cost of privacy, Figure 2) the workflow plans
-(atat.paper): a spec counts only when its sample of the PLANNED models -- selected exactly
+(atat.analysis.paper): a spec counts only when its sample of the PLANNED models -- selected exactly
 as the fit selects it -- is large enough to fit it (issue 13, Statistics item 3); and a
 spec that is skipped at run time gives Figure 2 with the reason, not a crash."""
 
@@ -11,18 +11,18 @@ from pathlib import Path
 import matplotlib.image as mpimg
 import pytest
 
-from atat.config import ModelRun, load_config, model_runs
-from atat.figures import observed_vs_predicted
-from atat.paper import stats_targets
-from atat.paper import (
+from atat.plan.config import ModelRun, load_config, model_runs
+from atat.analysis.figures import observed_vs_predicted
+from atat.analysis.paper import stats_targets
+from atat.analysis.paper import (
     FIGURE2_SPEC,
     TABLE5_SPECS,
     planned_sample_frame,
     spec_identifiable,
 )
-from atat.stats.regression import SpecSkipped, fit_spec, select_sample
+from atat.analysis.stats.regression import SpecSkipped, fit_spec, select_sample
 
-from atat.tables import load_specs
+from atat.analysis.tables import load_specs
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))

@@ -1,5 +1,5 @@
 """Per-output summaries (issue 43 item 5): each table and figure read from its own summary
-(atat.paper.summary_selection: only the records it reads) is byte for byte the one read
+(atat.analysis.paper.summary_selection: only the records it reads) is byte for byte the one read
 from the whole grid's results/summary.csv -- the same tables from the same records."""
 
 from __future__ import annotations
@@ -13,12 +13,12 @@ import pandas as pd
 import pytest
 import yaml
 
-from atat import figures, paper, tables
-from atat.config import load_config, model_runs
-from atat.dose_response import dose_response
-from atat.preconditions import check_preconditions
-from atat.stats.regression import causal_sample
-from atat.summary import INVERSION_METRICS, build_summary, record_models
+from atat.analysis import figures, paper, tables
+from atat.plan.config import load_config, model_runs
+from atat.analysis.dose_response import dose_response
+from atat.analysis.preconditions import check_preconditions
+from atat.analysis.stats.regression import causal_sample
+from atat.analysis.summary import INVERSION_METRICS, build_summary, record_models
 
 ROOT = Path(__file__).resolve().parents[1]
 AA_ATTACKS = ["apgd-ce", "apgd-t", "fab-t", "square"]

@@ -13,12 +13,12 @@ import yaml
 from scipy import stats as sps
 from statsmodels.stats.proportion import proportion_confint
 
-from atat import tables
-from atat.figures import accuracy_vs_privacy, observed_vs_predicted
-from atat.paper import stats_targets
-from atat.stats.regression import fit_all
+from atat.analysis import tables
+from atat.analysis.figures import accuracy_vs_privacy, observed_vs_predicted
+from atat.analysis.paper import stats_targets
+from atat.analysis.stats.regression import fit_all
 
-from atat.tables import load_specs
+from atat.analysis.tables import load_specs
 
 ROOT = Path(__file__).resolve().parents[1]
 EPS = [0.031, 0.0025, 0.0005, 1e-05]
@@ -379,7 +379,7 @@ def test_figure2_observed_vs_predicted(tmp_path):
 def test_figure2_title_names_the_regression_in_words():
     """The title names the paper's table, sample and regressors, not the spec's internal id
     (a reader of Figure 2 cannot look up ``T15_ppa_generic_joint_ols``)."""
-    from atat.figures import _spec_title
+    from atat.analysis.figures import _spec_title
 
     specs = {s["name"]: s for s in load_specs(ROOT / "config" / "regressions.yaml")}
     assert _spec_title(specs["T15_ppa_generic_joint_ols"]) == (
@@ -392,7 +392,7 @@ def test_figure2_title_names_the_regression_in_words():
 def test_figure4_on_the_demo_summary():
     """The demo's real summary: per panel AT-AT, the seven baselines and NoDef of that cell
     (SynthFaces-B / ResNet-18 trains no AT-AT); PPDG only on the main cell, a note elsewhere."""
-    from atat.figures import _accuracy_vs_privacy_figure
+    from atat.analysis.figures import _accuracy_vs_privacy_figure
 
     demo = pd.read_csv(DEMO_SUMMARY)
     # the fixture predates the summary's n_test column: the figure says what it lacks rather
@@ -518,7 +518,7 @@ def _section3_summary(tmp_path):
 
 
 def test_table2_pairs_permuted_with_true_label_models(tmp_path):
-    from atat.tables import table2
+    from atat.analysis.tables import table2
     t = table2(_section3_summary(tmp_path), outs(tmp_path, "table2"), permuted=["permuted"],
                true_labels=["nodef"])
     # only cells with a permuted model (CelebA has none), true labels first
@@ -531,7 +531,7 @@ def test_table2_pairs_permuted_with_true_label_models(tmp_path):
 
 
 def test_table3_lists_the_four_models_with_the_kept_fraction(tmp_path):
-    from atat.tables import table3
+    from atat.analysis.tables import table3
     roles = {"Unseen-Pixels": ["unseen_pixels"], "NoDef": ["nodef"],
              "NoDef (early-stopped)": ["nodef_es"], "TL-DMI": ["tldmi"]}
     t = table3(_section3_summary(tmp_path), outs(tmp_path, "table3"), roles=roles)
@@ -554,9 +554,9 @@ def test_table3_lists_the_four_models_with_the_kept_fraction(tmp_path):
 def test_reconstruction_grid_puts_the_training_image_beside_each_defense(tmp_path):
     import torch
 
-    from atat import io
+    from atat.base import io
     from atat.data.synthfaces import generate_synthfaces
-    from atat.figures import reconstruction_grid
+    from atat.analysis.figures import reconstruction_grid
     generate_synthfaces(tmp_path / "ds", n_private_identities=3, n_public_identities=1,
                         images_per_identity=6, public_images_per_identity=1, resolution=16,
                         seed=1, progress=False)
@@ -575,9 +575,9 @@ def test_reconstruction_grid_puts_the_training_image_beside_each_defense(tmp_pat
 def test_unseen_pixels_figure_reports_the_masks_kept_fraction(tmp_path):
     import torch
 
-    from atat import io
+    from atat.base import io
     from atat.data.synthfaces import generate_synthfaces
-    from atat.figures import unseen_pixels_figure
+    from atat.analysis.figures import unseen_pixels_figure
     generate_synthfaces(tmp_path / "ds", n_private_identities=2, n_public_identities=1,
                         images_per_identity=6, public_images_per_identity=1, resolution=16,
                         seed=1, progress=False)

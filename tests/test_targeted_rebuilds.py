@@ -1,5 +1,5 @@
 """Targeted rebuilds are targeted (issue 43 item 5): the dry run of one output's files plans
-the jobs of the records it reads (atat.paper.output_reads: its models in the registry) and
+the jobs of the records it reads (atat.analysis.paper.output_reads: its models in the registry) and
 nothing else -- not the whole grid behind results/summary.csv. And the documented overlays
 (config/overlays/*.yaml) are valid configs whose dry run plans their models only.
 
@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from atat import paper
-from atat.config import load_config
+from atat.analysis import paper
+from atat.plan.config import load_config
 from atat.lab import target_cones as tc
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -8,9 +8,9 @@ import pytest
 import torch
 
 from atat.data.synthfaces import generate_synthfaces
-from atat.defenses import build_defense
-from atat.defenses.base import StepContext
-from atat.train import TrainingDivergedError, TrainSpec, load_model, train
+from atat.training.defenses import build_defense
+from atat.training.defenses.base import StepContext
+from atat.training.train import TrainingDivergedError, TrainSpec, load_model, train
 
 AUG = {"random_resized_crop": True, "rrc_scale": [0.85, 1.0], "horizontal_flip": True,
        "color_jitter": True, "jitter": {"brightness": 0.2, "contrast": 0.2, "saturation": 0.1,
@@ -51,7 +51,7 @@ def test_kept_checkpoint_is_lowest_validation_loss(data_root, tmp_path):
     assert metrics["val_loss"] == pytest.approx(best["val_loss"])
     # the saved weights reproduce the best evaluation's validation loss
     from atat.data.loading import make_loader
-    from atat.train import evaluate
+    from atat.training.train import evaluate
     model, defense, ckpt = load_model(tmp_path / "a.pt")
     val = evaluate(model, defense, make_loader(data_root, "val", resolution=32, batch_size=64,
                                                train=False), torch.device("cpu"))
@@ -98,7 +98,7 @@ def test_atat_loss_is_clean_ce_plus_weighted_targeted_ce():
     ctx = StepContext(epoch=0, step=0, n_classes=5, generator=torch.Generator().manual_seed(7))
     loss, logs = d.training_loss(model, x, y, ctx)
     # recompute independently with the same random draws
-    from atat.pgd import pgd, sample_targets
+    from atat.training.pgd import pgd, sample_targets
     g = torch.Generator().manual_seed(7)
     t = sample_targets(y, 5, g)
     assert (t != y).all()
@@ -113,7 +113,7 @@ def test_atat_loss_is_clean_ce_plus_weighted_targeted_ce():
 def test_permuted_labels_keep_the_histogram_and_break_the_pairing():
     from collections import Counter
 
-    from atat.train import permuted_targets
+    from atat.training.train import permuted_targets
     targets = [i % 10 for i in range(2000)]
     perm = permuted_targets(targets, 42)
     assert Counter(perm) == Counter(targets)
@@ -123,7 +123,7 @@ def test_permuted_labels_keep_the_histogram_and_break_the_pairing():
 
 
 def test_permuted_label_training_uses_the_permuted_labels(data_root, tmp_path, monkeypatch):
-    import atat.train as T
+    import atat.training.train as T
     from atat.data.loading import ManifestDataset
     seen = []
     real = T.permuted_targets
@@ -156,7 +156,7 @@ def test_keep_last_keeps_the_final_epoch_and_train_acc_uses_the_trained_labels(d
     assert m["best_epoch"] == RECIPE["epochs"] - 1 and m["checkpoint_rule"] == "last"
     # train_acc is measured on the permuted labels the model was fitted to: recompute it
     from atat.data.loading import make_loader
-    from atat.train import evaluate, permuted_targets
+    from atat.training.train import evaluate, permuted_targets
     model, defense, _ = load_model(tmp_path / "last.pt")
     loader = make_loader(data_root, "train", resolution=32, batch_size=64, train=False)
     loader.dataset.targets = permuted_targets(loader.dataset.targets, 42)
@@ -177,7 +177,7 @@ def test_a_loss_far_above_its_start_stops_the_run_naming_model_and_lr(data_root,
 
 
 def test_the_divergence_reference_survives_a_resume(data_root, tmp_path, monkeypatch):
-    import atat.train as T
+    import atat.training.train as T
     s = spec(data_root)
     assert run(s, tmp_path, "ref", stop_after_epochs=1) is None
     state = torch.load(tmp_path / "ref.resume.pt", weights_only=False)
@@ -232,7 +232,7 @@ def test_early_stop_target_named_by_a_variant_is_read_from_its_metrics(data_root
     with pytest.raises(ValueError, match="not an accuracy"):
         run(s, tmp_path, "es_bad")
     # the reference accuracy is part of what determines the model (resume fingerprint)
-    from atat.train import resolve_stop_target
+    from atat.training.train import resolve_stop_target
     ref.write_text(json.dumps({"val_acc": 0.5}))
     a = resolve_stop_target(s)[0].fingerprint()
     ref.write_text(json.dumps({"val_acc": 0.6}))
@@ -257,11 +257,11 @@ def test_models_without_a_stop_reference_keep_their_fingerprint(data_root):
 
 
 def test_training_adam_is_multi_tensor_and_bitwise_equal_to_the_default_loop():
-    """atat.train uses Adam(foreach=True) for speed on CPU; it must not change a number."""
+    """atat.training.train uses Adam(foreach=True) for speed on CPU; it must not change a number."""
     import torch.nn.functional as F
 
-    from atat.models import build_model
-    from atat.train import _adam
+    from atat.training.models import build_model
+    from atat.training.train import _adam
 
     recipe = {"lr": 1e-3, "betas": [0.9, 0.999], "weight_decay": 1e-4, "lr_milestones": [1],
               "lr_gamma": 0.1}
@@ -305,8 +305,8 @@ def test_default_speedup_keys_are_the_papers_setting_bitwise(data_root, tmp_path
 
 
 def test_bf16_autocast_trains_and_keeps_atats_pgd_in_float32(data_root, tmp_path, monkeypatch):
-    import atat.defenses.atat as atat_defense
-    from atat.precision import autocast_enabled, tf32_disabled
+    import atat.training.defenses.atat as atat_defense
+    from atat.base.precision import autocast_enabled, tf32_disabled
 
     seen = {"pgd": [], "step": []}
     original = atat_defense.pgd

@@ -1,5 +1,5 @@
 """Every file a job reads, truncated (a killed copy, an interrupted download), stops the job with
-a message naming the file and what to do -- the treatment model.pt always had (atat.io), now
+a message naming the file and what to do -- the treatment model.pt always had (atat.base.io), now
 for the generator pickle, JSON records, saved embeddings, face networks and dataset manifests."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from atat import io
+from atat.base import io
 from atat.data.manifest import DatasetFormatError, read_dataset, read_meta
 from atat.data.synthfaces import generate_synthfaces
 from atat.inversion.safe_pickle import UnsafePickleError, load_stylegan_pickle, save_stylegan_pickle
@@ -99,7 +99,7 @@ def test_a_truncated_manifest_names_the_file_and_how_to_restore_the_dataset(tmp_
 
 
 def test_a_truncated_stop_reference_metrics_file_is_named_with_the_remedy(tmp_path):
-    from atat.train import TrainSpec, resolve_stop_target
+    from atat.training.train import TrainSpec, resolve_stop_target
 
     metrics = tmp_path / "metrics.json"
     io.write_json(metrics, {"val_acc": 0.5, "history": list(range(40))})

@@ -1,4 +1,4 @@
-"""The static torchvision weights table the DAG reads (atat.weights_table) is torchvision's."""
+"""The static torchvision weights table the DAG reads (atat.plan.weights_table) is torchvision's."""
 
 import subprocess
 import sys
@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 from torchvision.models import get_model_weights
 
-from atat.config import load_config
-from atat.models import ARCHITECTURES
-from atat.weights_table import (TORCHVISION_WEIGHTS, torchvision_weights_filename,
+from atat.plan.config import load_config
+from atat.training.models import ARCHITECTURES
+from atat.plan.weights_table import (TORCHVISION_WEIGHTS, torchvision_weights_filename,
                                 torchvision_weights_url)
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -43,7 +43,7 @@ def test_unknown_weights_name_the_key():
 
 
 def test_table_module_imports_neither_torch_nor_torchvision():
-    code = ("import sys, atat.weights_table; "
+    code = ("import sys, atat.plan.weights_table; "
             "print(sorted(m for m in ('torch', 'torchvision') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          env={"PYTHONPATH": str(ROOT / "src")})

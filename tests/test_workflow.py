@@ -92,7 +92,7 @@ def test_trained_models_flow_into_the_statistics(tmp_path):
     fitted with the planned n, a constant one is skipped naming it (never "ok" with a zero
     slope). The L2 face distance of Table 22 varies and gets a real interval.
     Measured 2026-12-01: 60 jobs, 1,317 CPU-s of jobs (AutoAttack 539, training 469, PPA 147,
-    evaluation network 94; atat.jobstats), 64.7 min wall on the shared 2-core machine at load
+    evaluation network 94; atat.lab.jobstats), 64.7 min wall on the shared 2-core machine at load
     8-11 (user+sys 25 min); roughly 12-15 min on 2 idle cores."""
     import numpy as np
 

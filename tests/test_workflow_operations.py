@@ -128,8 +128,8 @@ def test_main_results_read_the_grid_models_only_dry():
     """Tables 23-28 pool the attacked images of a cell: the per-image table must hold the grid's
     models only. The demo's causal replicates (NoDef/AT-AT of the main cell, seeds 100-109) and
     dose-response variants (atat_w...) would otherwise join their cell's NoDef/AT-AT rows."""
-    from atat.config import load_config, model_runs
-    from atat.paper import Plan, grid_runs, run_attacks
+    from atat.plan.config import load_config, model_runs
+    from atat.analysis.paper import Plan, grid_runs, run_attacks
 
     sweep = ROOT / "tests" / "data" / "demo_dose_response.yaml"    # the demo's designed sweep
     config = load_config(ROOT / "config" / "config.yaml", ROOT / "config" / "demo.yaml", sweep)

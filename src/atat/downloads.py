@@ -1,4 +1,4 @@
-"""Pretrained weights into the shared cache through the one fetch layer (:mod:`atat.fetch`):
+"""Pretrained weights into the shared cache through the one fetch layer (:mod:`atat.base.fetch`):
 torchvision ImageNet weights (:func:`fetch`, checked against the hash prefix in their name)
 and the inversion stage's StyleGAN2-ADA pickles, FaceNet and LPIPS files
 (:func:`fetch_weights`, checked against the lock file and *loaded* by a content check).
@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-from atat.fetch import (DEFAULT_LOCK_FILE, ChecksumError, OfflineMissingFileError, load_lock,
+from atat.base.fetch import (DEFAULT_LOCK_FILE, ChecksumError, OfflineMissingFileError, load_lock,
                         obtain, record_first_checksum, sha256sum)
 
 log = logging.getLogger(__name__)

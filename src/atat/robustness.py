@@ -11,7 +11,7 @@ This module wraps ``pyautoattack`` (the PyPI packaging of the official AutoAttac
 * :class:`NormalizedModel` folds the project's input normalisation ((x − 0.5)/0.5, inputs in
   [−1, 1]) into the model so that AutoAttack sees [0, 1] inputs, and reduces multi-output
   forwards to logits.
-* ``precision`` (config ``autoattack.precision``, :mod:`atat.precision`): "fp32" (default)
+* ``precision`` (config ``autoattack.precision``, :mod:`atat.base.precision`): "fp32" (default)
   turns TF32 off (perturbations of 1e-5 vanish under TF32's 10-bit mantissa); "tf32" keeps
   PyTorch's defaults (cuDNN TF32 on), as the authors' code ran. Recorded in every result.
 * :func:`evaluate_autoattack` runs the attacks on tensors and returns the JSON-serialisable
@@ -83,13 +83,13 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from atat import io
-from atat.config import check_autoattack_settings, eps_tag
+from atat.base import io
+from atat.plan.config import check_autoattack_settings, eps_tag
 from atat.data.loading import make_loader
-from atat.precision import (DEFAULT_PRECISION, PRECISIONS, attack_precision, check_precision,
+from atat.base.precision import (DEFAULT_PRECISION, PRECISIONS, attack_precision, check_precision,
                             no_tf32, tf32_active)
-from atat.progress import Progress
-from atat.train import load_model
+from atat.base.progress import Progress
+from atat.training.train import load_model
 
 log = logging.getLogger(__name__)
 
@@ -157,7 +157,7 @@ class NormalizedModel(nn.Module):
 
 
 # --------------------------------------------------------------------------- TF32 off
-# no_tf32 lives in atat.precision (shared with PGD); re-exported here.
+# no_tf32 lives in atat.base.precision (shared with PGD); re-exported here.
 
 
 
@@ -798,7 +798,7 @@ def precision_benchmark_main(argv: Sequence[str] | None = None) -> int:
     each ε) of one trained model under fp32 and tf32; prints the comparison, writes JSON."""
     import argparse
 
-    from atat.config import load_config, validate_config
+    from atat.plan.config import load_config, validate_config
 
     ap = argparse.ArgumentParser(
         prog="bench_gpu_precision.py",

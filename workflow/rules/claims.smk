@@ -1,9 +1,9 @@
 # Stage 11 (issues 17, 45): the paper's claims against this run, each tested as the
 # pre-registered analysis plan config/claims.yaml says (its sha256 in the table), with the
 # run's interval, a verdict and the minimum detectable effect; and how much the numbers move
-# with the seed (atat.claims). Reads only the workflow's own outputs (summary, per-image table,
+# with the seed (atat.analysis.claims). Reads only the workflow's own outputs (summary, per-image table,
 # regressions, cost of privacy, preconditions, dose-response, the claims cell's HSIC files:
-# atat.paper.claims_inputs); built when the plan runs an inversion attack.
+# atat.analysis.paper.claims_inputs); built when the plan runs an inversion attack.
 
 
 rule claims:

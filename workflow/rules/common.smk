@@ -1,6 +1,6 @@
 # Config validation, grid expansion, the final targets, input functions and wildcard
 # constraints (the rules files hold rules only). Everything here runs when the DAG is built,
-# before any job. What `all` builds: the registry of paper outputs, atat.paper.
+# before any job. What `all` builds: the registry of paper outputs, atat.analysis.paper.
 
 import re
 import sys
@@ -10,23 +10,23 @@ import yaml
 
 sys.path.insert(0, str(Path(workflow.basedir) / "src"))
 
-from atat.config import (  # noqa: E402
+from atat.plan.config import (  # noqa: E402
     ConfigError,
     defense_params,
     eps_tag,
     model_runs,
     training_params,
 )
-from atat.config import inversion_params, inversion_shards  # noqa: E402
-from atat.config import dose_response_points, with_dose_response  # noqa: E402
-from atat.config import n_classes as _n_classes  # noqa: E402
-from atat.claims import load_plan as load_claims_plan  # noqa: E402
-from atat.config_memo import validate_config_once  # noqa: E402
+from atat.plan.config import inversion_params, inversion_shards  # noqa: E402
+from atat.plan.config import dose_response_points, with_dose_response  # noqa: E402
+from atat.plan.config import n_classes as _n_classes  # noqa: E402
+from atat.analysis.claims import load_plan as load_claims_plan  # noqa: E402
+from atat.plan.config_memo import validate_config_once  # noqa: E402
 from atat.data.manifest import STAMP_SUFFIX  # noqa: E402
 from atat.data.manifest import stamp_path as _stamp_path  # noqa: E402
 from atat.data.manifest import stamp_problems as _stamp_problems  # noqa: E402
-from atat.inversion_resources import gpu_memory_mb  # noqa: E402
-from atat.paper import (  # noqa: E402
+from atat.plan.inversion_resources import gpu_memory_mb  # noqa: E402
+from atat.analysis.paper import (  # noqa: E402
     FIGURE2_SPEC,
     MAIN_TABLE_IDS,
     REGRESSION_TABLE_IDS,
@@ -50,20 +50,20 @@ from atat.paper import (  # noqa: E402
     table_rules,
     unseen_pixel_runs,
 )
-from atat.paper import check as check_paper_outputs  # noqa: E402
-from atat.summary import INVERSION_METRICS  # noqa: E402
-from atat.weights_table import (  # noqa: E402
+from atat.analysis.paper import check as check_paper_outputs  # noqa: E402
+from atat.analysis.summary import INVERSION_METRICS  # noqa: E402
+from atat.plan.weights_table import (  # noqa: E402
     TORCHVISION_WEIGHTS,
     torchvision_weights_filename,
     torchvision_weights_url,
 )
 
 # The full check imports torch (defense parameters); it is skipped when this exact config
-# and code passed before (marker under .snakemake/, see atat.config_memo).
+# and code passed before (marker under .snakemake/, see atat.plan.config_memo).
 try:
     validate_config_once(config, ".snakemake/atat-validated-configs")
     # the dose-response sweep's generated AT-AT variants become defined defenses for every
-    # rule (atat.config.with_dose_response; a no-op without `dose_response`)
+    # rule (atat.plan.config.with_dose_response; a no-op without `dose_response`)
     config.update(with_dose_response(config))
 except ConfigError as exc:
     raise WorkflowError(str(exc)) from None
@@ -71,12 +71,12 @@ except ConfigError as exc:
 REGRESSIONS_YAML = f"{workflow.basedir}/config/regressions.yaml"
 with open(REGRESSIONS_YAML) as _fh:
     REGRESSIONS = yaml.safe_load(_fh) or {}
-# every name an entry of the registry refers to (atat.paper.check): a typo stops here
+# every name an entry of the registry refers to (atat.analysis.paper.check): a typo stops here
 try:
     check_paper_outputs(config, REGRESSIONS, REGRESSIONS_YAML)
 except ConfigError as exc:
     raise WorkflowError(str(exc)) from None
-# the pre-registered analysis plan of the claims table (atat.claims.load_plan; an input of the
+# the pre-registered analysis plan of the claims table (atat.analysis.claims.load_plan; an input of the
 # claims rule, so a change reruns it): a bad key or number stops here, before any job
 CLAIMS_PLAN = f"{workflow.basedir}/config/claims.yaml"
 try:
@@ -257,7 +257,7 @@ def train_inputs(wildcards):
 
 
 def train_spec(wildcards):
-    """Everything that determines the model, handed to atat.train.TrainSpec."""
+    """Everything that determines the model, handed to atat.training.train.TrainSpec."""
     ds = wildcards.dataset
     spec = dict(
         model_id=f"{ds}/{wildcards.arch}/{wildcards.defense}/seed{wildcards.seed}",
@@ -319,13 +319,13 @@ def summary_inputs(wildcards):
 
 def all_targets():
     """The final targets of `all`: every entry of the registry of paper outputs that this
-    config can build (atat.paper.REGISTRY; a table whose inputs the config lacks is not a
+    config can build (atat.analysis.paper.REGISTRY; a table whose inputs the config lacks is not a
     target)."""
     return final_targets(PLAN)
 
 
 def claims_rule_inputs(wildcards):
-    """Named inputs of the claims table (atat.paper.claims_inputs): the files the plan
+    """Named inputs of the claims table (atat.analysis.paper.claims_inputs): the files the plan
     builds, the claims cell's HSIC files as hsic_<defense>."""
     found = claims_inputs(PLAN)
     named = {k: v for k, v in found.items() if k != "hsic" and v is not None}
@@ -335,7 +335,7 @@ def claims_rule_inputs(wildcards):
 
 def claims_inversion_records(wildcards):
     """The inversion records (metrics.json) of every attacked model: the claims table compares
-    the analysis plan's time with the first of theirs (atat.claims.plan_status)."""
+    the analysis plan's time with the first of theirs (atat.analysis.claims.plan_status)."""
     return [
         t
         for t in final_targets(PLAN, "inversion")
@@ -427,7 +427,7 @@ def generator_resolution(name):
 
 
 def invert_gpu_mem_mb(wildcards):
-    """Estimated GPU peak of one inversion job (atat.inversion_resources: measured at
+    """Estimated GPU peak of one inversion job (atat.plan.inversion_resources: measured at
     256/512/1024 px on CPU, extrapolated): the optimisation batch with gradients, PPDG's
     generator tuning on num_inv_points pivots, the largest batch rendered without gradient."""
     p = inversion_params(
@@ -469,12 +469,12 @@ def torchvision_weight_urls():
     """File name -> URL of every ImageNet weight file the config can ask for: the target
     architectures, the evaluation model (Inception-v3, docs/sources.md#evaluation-model) and
     VGG16 (the feature network of VGG16-LPIPS, docs/sources.md#ppdg). From the static table of
-    atat.weights_table: importing torchvision here would cost every dry run ~5 s."""
+    atat.plan.weights_table: importing torchvision here would cost every dry run ~5 s."""
     wanted = [
         (arch, spec.get("weights", "IMAGENET1K_V1"))
         for arch, spec in config["architectures"].items()
         if arch in TORCHVISION_WEIGHTS
-    ]  # ResNet-10 has none (from scratch; atat.config)
+    ]  # ResNet-10 has none (from scratch; atat.plan.config)
     ev = config.get("evaluation_model") or {}
     if ev.get("pretrained"):
         wanted.append((ev.get("architecture", "inception_v3"), ev.get("weights", "IMAGENET1K_V1")))
@@ -561,7 +561,7 @@ def evaluation_model_spec(wildcards):
         augmentation=EVAL_CFG.get("augmentation"),
         seed=int(EVAL_CFG.get("seed", 42)),
         num_workers=int(config["training"].get("num_workers", 0)),
-        # atat.train's resume checkpoint (undeclared, as rule train_model's)
+        # atat.training.train's resume checkpoint (undeclared, as rule train_model's)
         resume_path=f"results/.resume/evaluation/{wildcards.dataset}/resume.pt",
     )
 
@@ -615,28 +615,28 @@ def face_network_file(dataset):
 
 
 # ---- one output's own summary (rule output_summary; targeted rebuilds, issue 43)
-from atat.paper import SUMMARY_SELECTIONS, record_files, summary_attacks  # noqa: E402
-from atat.paper import output_summary_file, summary_selection  # noqa: E402
-from atat.paper import PER_IMAGE_ENTRIES, per_image_selection  # noqa: E402
-from atat.paper import output_per_image_file  # noqa: E402
-from atat.summary import record_models  # noqa: E402
+from atat.analysis.paper import SUMMARY_SELECTIONS, record_files, summary_attacks  # noqa: E402
+from atat.analysis.paper import output_summary_file, summary_selection  # noqa: E402
+from atat.analysis.paper import PER_IMAGE_ENTRIES, per_image_selection  # noqa: E402
+from atat.analysis.paper import output_per_image_file  # noqa: E402
+from atat.analysis.summary import record_models  # noqa: E402
 
-#: attacks whose columns every summary has (atat.summary.build_summary)
+#: attacks whose columns every summary has (atat.analysis.summary.build_summary)
 SUMMARY_ATTACKS = summary_attacks(PLAN)
 
 
 def output_summary_inputs(wildcards):
-    """The record files the output ``wildcards.entry`` reads (atat.paper.summary_selection)."""
+    """The record files the output ``wildcards.entry`` reads (atat.analysis.paper.summary_selection)."""
     return record_files(PLAN, summary_selection(PLAN, wildcards.entry))
 
 
 def output_summary_models(wildcards):
-    """atat.summary.build_summary's models of the output ``wildcards.entry``."""
+    """atat.analysis.summary.build_summary's models of the output ``wildcards.entry``."""
     return record_models(summary_selection(PLAN, wildcards.entry), config)
 
 
 def output_per_image_inputs(wildcards):
-    """The per-image files of the output ``wildcards.entry`` (atat.paper.per_image_selection)."""
+    """The per-image files of the output ``wildcards.entry`` (atat.analysis.paper.per_image_selection)."""
     return per_image_selection(PLAN, wildcards.entry) or []
 
 
@@ -644,21 +644,21 @@ onstart:
     check_datasets_before_jobs()
 
 
-# ---- runtime requests, the partition's limit and the GPU card (atat.job_cost; issue 43 item 3)
-# A GPU rule's runtime is its job's forecast (atat.job_cost, A100 estimates) x 1.5, not a flat
+# ---- runtime requests, the partition's limit and the GPU card (atat.plan.job_cost; issue 43 item 3)
+# A GPU rule's runtime is its job's forecast (atat.plan.job_cost, A100 estimates) x 1.5, not a flat
 # 48 h. `max_runtime_min` (the profile's config: entry, the GPU partition's MaxTime) refuses
 # here, before any job, every job of the config whose request exceeds it. `gpu_cards`
 # ("name=MB,...", the profile's config: entry) turns invert's GPU memory estimate into a card:
 # the smallest that fits, one size larger per earlier attempt that ran out of GPU memory.
-from atat.job_cost import GpuRates as _GpuRates  # noqa: E402
-from atat.job_cost import RuntimeLimitError as _RuntimeLimitError  # noqa: E402
-from atat.job_cost import check_runtime_limit as _check_runtime_limit  # noqa: E402
-from atat.job_cost import class_shards as _class_shards  # noqa: E402
-from atat.job_cost import job_cost_for as _job_cost_for  # noqa: E402
-from atat.job_cost import oom_attempts as _oom_attempts  # noqa: E402
-from atat.job_cost import parse_gpu_cards as _parse_gpu_cards  # noqa: E402
-from atat.job_cost import pick_gpu_card as _pick_gpu_card  # noqa: E402
-from atat.job_cost import runtime_request_min as _runtime_request_min  # noqa: E402
+from atat.plan.job_cost import GpuRates as _GpuRates  # noqa: E402
+from atat.plan.job_cost import RuntimeLimitError as _RuntimeLimitError  # noqa: E402
+from atat.plan.job_cost import check_runtime_limit as _check_runtime_limit  # noqa: E402
+from atat.plan.job_cost import class_shards as _class_shards  # noqa: E402
+from atat.plan.job_cost import job_cost_for as _job_cost_for  # noqa: E402
+from atat.plan.job_cost import oom_attempts as _oom_attempts  # noqa: E402
+from atat.plan.job_cost import parse_gpu_cards as _parse_gpu_cards  # noqa: E402
+from atat.plan.job_cost import pick_gpu_card as _pick_gpu_card  # noqa: E402
+from atat.plan.job_cost import runtime_request_min as _runtime_request_min  # noqa: E402
 
 GPU_RATES = _GpuRates()
 MAX_RUNTIME_MIN = config.get("max_runtime_min")

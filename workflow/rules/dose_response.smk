@@ -1,8 +1,8 @@
 # Stage 10 (beyond the paper, issue 17): AT-AT's dose-response. The sweep's models are
 # ordinary models of the DAG (train -> AutoAttack at every epsilon -> dose_response.attack;
-# the generated variants come from atat.config.dose_response_points via common.smk); this
+# the generated variants come from atat.plan.config.dose_response_points via common.smk); this
 # rule only reads its summary (results/summaries/dose_response.csv). Built when the config sets `dose_response`
-# (atat.paper entry dose_response).
+# (atat.analysis.paper entry dose_response).
 
 
 rule dose_response:

@@ -4,7 +4,7 @@
 # classifier of the dataset's public pool: δ_face's embedding on a face population, and on any
 # population the instrument of rule prior_quality. With source facenet the pretrained
 # InceptionResnetV1 weights file is used directly (see face_network_file in common.smk).
-# Both train through atat.train's loop and resume from results/.resume/{evaluation,
+# Both train through atat.training.train's loop and resume from results/.resume/{evaluation,
 # face_embedding}/<dataset>/resume.pt (not declared, so Snakemake never deletes it).
 
 

@@ -1,7 +1,7 @@
 # Stage 4: HSIC(X, Z_l) and HSIC(Y, Z_l) of every model (paper §3, App. D;
 # docs/sources.md#hsic-measurement), one job per model, and the HSIC tables (paper Table 1, Tables
 # 8/9) built from them + their summary (results/summaries/<table>.csv).
-# Which models each table holds, its caption and labels: atat.paper (entries table1/8/9).
+# Which models each table holds, its caption and labels: atat.analysis.paper (entries table1/8/9).
 #
 # Config block `hsic:` (optional; schema: workflow/schemas/config.schema.yaml):
 #   split: train       REPO's default: augmented, shuffled train loader (the paper does not say
@@ -9,7 +9,7 @@
 #   n_batches: null    cap on the batches measured (null = the whole split)
 #   yz_ktype: linear   kernel on the one-hot labels (docs/sources.md#hsic-measurement)
 #   dtype: float64     precision of the measurement's kernel maths (BiDO trains in float32;
-#                      as a measurement float32 is off by up to 6%: atat.hsic_measure)
+#                      as a measurement float32 is off by up to 6%: atat.measures.hsic_measure)
 
 HSIC_CFG = config.get("hsic") or {}
 
@@ -54,7 +54,7 @@ rule measure_hsic:
 
 
 # Tables 1, 8, 9, one rule each (named after the table) for every table whose selection
-# holds models of this config (atat.paper.table_rules).
+# holds models of this config (atat.analysis.paper.table_rules).
 for _table in table_rules(PLAN, "hsic_table"):
 
     rule:

@@ -6,7 +6,7 @@
 # (model, attack) is several invert_shard jobs of consecutive classes (parts/classes<a>-<b>.pt,
 # each with its own resume directory) that rule invert merges into the same bytes.
 
-from atat.paper import inversion_priors, prior_quality_path  # noqa: E402
+from atat.analysis.paper import inversion_priors, prior_quality_path  # noqa: E402
 
 TRAINED_GENERATORS = [n for n, g in config.get("generators", {}).items() if "train" in g]
 INV_RUNS = [r for r in RUNS] if INV_ATTACKS else []
@@ -124,7 +124,7 @@ rule real_embeddings:
 
 rule invert:
     # One (model, attack): attacks every class itself, or, when inversion.classes_per_job
-    # splits its classes (atat.config.inversion_shards), merges the parts of its
+    # splits its classes (atat.plan.config.inversion_shards), merges the parts of its
     # invert_shard jobs into the same bytes (seconds on one CPU, no GPU).
     input:
         unpack(invert_inputs),
@@ -154,15 +154,15 @@ rule invert:
     resources:
         gpu=invert_resource("gpu", 1),
         # host RAM; a CPU run at 1024 px needs about the GPU figure below (PPA ~46 GiB of
-        # tensors at batch 25, PPDG's tuning ~31 GiB at 5 points: atat.inversion_resources)
+        # tensors at batch 25, PPDG's tuning ~31 GiB at 5 points: atat.plan.inversion_resources)
         mem_mb=invert_resource("mem_mb", 48000),
-        # estimated GPU memory (atat.inversion_resources), at the paper's 1024 px with a
+        # estimated GPU memory (atat.plan.inversion_resources), at the paper's 1024 px with a
         # ResNet-152 target: PPA (batch 25) 55000 MB, IF-GMI and PPDG (batch 20) 44000 MB;
         # PPDG's tuning on 5 points (~37 GiB) is below its optimisation batch. Not a standard
         # Snakemake resource: informative, or a cap with --resources gpu_mem_mb=N (global).
         gpu_mem_mb=invert_resource("gpu_mem_mb", invert_gpu_mem_mb),
         # the card that holds gpu_mem_mb (profile's gpu_cards; larger after an OOM) and the
-        # runtime from the job's forecast (common.smk, atat.job_cost)
+        # runtime from the job's forecast (common.smk, atat.plan.job_cost)
         gpu_model=invert_gpu_model,
         constraint=invert_gpu_constraint,
         runtime=invert_resource("runtime", runtime_min("invert")),
@@ -174,7 +174,7 @@ rule invert:
 
 rule invert_shard:
     # The classes at positions start..stop-1 of one (model, attack)'s class list
-    # (inversion.classes_per_job; atat.config.inversion_shards), each computed exactly as in
+    # (inversion.classes_per_job; atat.plan.config.inversion_shards), each computed exactly as in
     # the job over every class; its own resume files; merged by rule invert.
     input:
         unpack(inversion_inputs),

@@ -25,7 +25,7 @@ rule autoattack:
     resources:
         gpu=1,
         mem_mb=16000,
-        runtime=runtime_min("autoattack"),  # the job's forecast (atat.job_cost) x 1.5
+        runtime=runtime_min("autoattack"),  # the job's forecast (atat.plan.job_cost) x 1.5
     conda:
         "../../envs/torch.yaml"
     script:

@@ -6,7 +6,7 @@
 # the config configures the inversion attacks that produce them (config key
 # `inversion: {attacks: [...]}`); otherwise they can still be requested by name, and the
 # library functions behind them are unit-tested on simulated summaries. Which outputs the
-# config can fit (atat.paper's predicates) and their specifications: atat.paper.
+# config can fit (atat.analysis.paper's predicates) and their specifications: atat.analysis.paper.
 
 
 rule regressions:
@@ -22,7 +22,7 @@ rule regressions:
             labels={"output": "all regression fits (tidy)"},
         ),
     params:
-        statistics=config["statistics"],  # the samples the specs name (atat.stats.regression)
+        statistics=config["statistics"],  # the samples the specs name (atat.analysis.stats.regression)
     log:
         "logs/stats/regressions.log",
     benchmark:
@@ -37,7 +37,7 @@ rule regressions:
         "../scripts/regressions.py"
 
 
-# Tables 5, 15-20, one rule each (named after the table; atat.paper.table_rules).
+# Tables 5, 15-20, one rule each (named after the table; atat.analysis.paper.table_rules).
 for _table in table_rules(PLAN, "regression_table"):
 
     rule:
@@ -144,7 +144,7 @@ rule causal_tables:
 
 rule output_per_image:
     # The rows of the grid's per-image table (rule inversion_per_image) that one table or
-    # Figure 4 reads: its models and attacks only (atat.paper.per_image_selection), so that
+    # Figure 4 reads: its models and attacks only (atat.analysis.paper.per_image_selection), so that
     # rebuilding it runs only their attacks (issue 43). Same function as inversion_per_image.
     input:
         output_per_image_inputs,
@@ -166,14 +166,14 @@ rule output_per_image:
         "../scripts/inversion_per_image.py"
 
 
-# Tables 23-28, one rule each (named after the table; atat.paper.table_rules).
+# Tables 23-28, one rule each (named after the table; atat.analysis.paper.table_rules).
 for _table in table_rules(PLAN, "main_results_table"):
 
     rule:
         name:
             _table
         input:
-            # long table, one row per attacked image (columns: atat.tables.PER_IMAGE_COLUMNS +
+            # long table, one row per attacked image (columns: atat.analysis.tables.PER_IMAGE_COLUMNS +
             # evalconf, dist_face, dist_eval) of the table's models (rule output_per_image)
             per_image=output_per_image_file(_table),
             summary=output_summary_file(_table),

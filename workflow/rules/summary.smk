@@ -25,7 +25,7 @@ rule summary:
 
 rule output_summary:
     # One output's summary: the rows and columns its table or figure reads, from only the
-    # records of its models (atat.paper.summary_selection), so that rebuilding one table runs
+    # records of its models (atat.analysis.paper.summary_selection), so that rebuilding one table runs
     # the jobs of its models and no other (issue 43). Same function as rule summary.
     input:
         output_summary_inputs,

@@ -1,6 +1,6 @@
 # Stage 8: paper tables (CSV + Markdown + LaTeX) and figures, each from its own summary of the
-# records it reads (results/summaries/<id>.csv, rule output_summary: atat.paper.summary_selection).
-# Which tables this config builds and what goes into them: atat.paper (entries table4,
+# records it reads (results/summaries/<id>.csv, rule output_summary: atat.analysis.paper.summary_selection).
+# Which tables this config builds and what goes into them: atat.analysis.paper (entries table4,
 # table11-14, figure_robustness, figure5, preconditions).
 
 ROBUSTNESS_TABLE_EPS = robustness_table_eps(config)  # Tables 11-14 (App. F.4): number -> eps
@@ -69,7 +69,7 @@ rule preconditions:
 
 
 # Tables 11-14, one rule each (named after the table) for every tabulated epsilon the
-# config runs (atat.paper.table_rules).
+# config runs (atat.analysis.paper.table_rules).
 for _table in table_rules(PLAN, "robustness_table"):
 
     rule:

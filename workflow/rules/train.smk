@@ -20,7 +20,7 @@ rule train_model:
     resources:
         gpu=1,
         mem_mb=32000,
-        runtime=runtime_min("train_model"),  # the job's forecast (atat.job_cost) x 1.5
+        runtime=runtime_min("train_model"),  # the job's forecast (atat.plan.job_cost) x 1.5
     conda:
         "../../envs/torch.yaml"
     script:

@@ -1,7 +1,7 @@
 """Shared set-up of the thin Snakemake adapters: run the package of *this* checkout, send
 logging and warnings to the rule's log file and append them to its attempts log (one header
 line per attempt), pin the thread count, remove stale temporaries of the job's outputs, and
-log the job's CPU time at exit (atat.progress; summed by atat.jobstats)."""
+log the job's CPU time at exit (atat.base.progress; summed by atat.lab.jobstats)."""
 
 from __future__ import annotations
 
@@ -104,14 +104,14 @@ def setup(snakemake: Any) -> None:
     import torch
 
     import atat
-    from atat.io import remove_stale_temporaries
+    from atat.base.io import remove_stale_temporaries
 
     logging.getLogger("atat").info("rule %s runs the code in %s", getattr(snakemake, "rule", "?"),
                                    Path(atat.__file__).parent)
     for out in snakemake.output:
         remove_stale_temporaries(out)
     torch.set_num_threads(max(1, int(snakemake.threads)))
-    from atat.progress import log_resources_at_exit
+    from atat.base.progress import log_resources_at_exit
 
     log_resources_at_exit(getattr(snakemake, "rule", "?"), int(snakemake.threads))
 
@@ -121,9 +121,9 @@ _CONFIG: dict[str, Any] = {}
 
 
 def device() -> str:
-    """The device of a GPU rule by the config's ``device`` setting (atat.device): ``cuda``
+    """The device of a GPU rule by the config's ``device`` setting (atat.base.device): ``cuda``
     without a usable GPU stops the job here, before it reads any input, naming the driver, the
     torch build and what to do."""
-    from atat.device import DEFAULT_DEVICE, resolve_device
+    from atat.base.device import DEFAULT_DEVICE, resolve_device
 
     return resolve_device(str(_CONFIG.get("device", DEFAULT_DEVICE)))

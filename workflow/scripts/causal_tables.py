@@ -6,8 +6,8 @@ setup(snakemake)  # noqa: F821
 
 import yaml  # noqa: E402
 
-from atat.stats.regression import causal_sample  # noqa: E402
-from atat.tables import causal_tables  # noqa: E402
+from atat.analysis.stats.regression import causal_sample  # noqa: E402
+from atat.analysis.tables import causal_tables  # noqa: E402
 
 with open(snakemake.input.specs) as fh:  # noqa: F821
     c = yaml.safe_load(fh).get("causal") or {}

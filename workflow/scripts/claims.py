@@ -1,11 +1,11 @@
 """Snakemake adapter: the paper's claims against this run (results/tables/claims.{csv,md};
-atat.claims)."""
+atat.analysis.claims)."""
 
 from _common import setup
 
 setup(snakemake)  # noqa: F821
 
-from atat.claims import claims_table  # noqa: E402
+from atat.analysis.claims import claims_table  # noqa: E402
 
 inp = snakemake.input  # noqa: F821
 hsic = {k[len("hsic_"):]: v for k, v in inp.items() if k.startswith("hsic_")}

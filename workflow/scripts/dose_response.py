@@ -1,12 +1,12 @@
 """Snakemake adapter: AT-AT's dose-response table and figure (results/tables/dose_response.
-{csv,md}, results/figures/dose_response.png) from results/summary.csv (atat.dose_response)."""
+{csv,md}, results/figures/dose_response.png) from results/summary.csv (atat.analysis.dose_response)."""
 
 from _common import setup
 
 setup(snakemake)  # noqa: F821
 
-from atat.config import n_classes  # noqa: E402
-from atat.dose_response import dose_response  # noqa: E402
+from atat.plan.config import n_classes  # noqa: E402
+from atat.analysis.dose_response import dose_response  # noqa: E402
 
 sweep = snakemake.params.sweep  # noqa: F821
 dose_response(snakemake.input.summary, snakemake.output,  # noqa: F821

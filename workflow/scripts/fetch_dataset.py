@@ -9,7 +9,7 @@ from _common import setup
 setup(snakemake)  # noqa: F821
 
 from atat.data.prepare import fetch_raw_record  # noqa: E402
-from atat.fetch import DEFAULT_LOCK_FILE  # noqa: E402
+from atat.base.fetch import DEFAULT_LOCK_FILE  # noqa: E402
 
 p = snakemake.params  # noqa: F821
 fetch_raw_record(p.source, p.raw_dir, snakemake.output[0], offline=bool(p.offline),  # noqa: F821

@@ -8,8 +8,8 @@ import logging  # noqa: E402
 
 import pandas as pd  # noqa: E402
 
-from atat.figures import observed_vs_predicted  # noqa: E402
-from atat.tables import load_specs  # noqa: E402
+from atat.analysis.figures import observed_vs_predicted  # noqa: E402
+from atat.analysis.tables import load_specs  # noqa: E402
 
 specs = load_specs(snakemake.input.specs, snakemake.params.statistics)  # noqa: F821
 spec = {s["name"]: s for s in specs}[snakemake.params.spec]  # noqa: F821

@@ -7,7 +7,7 @@ setup(snakemake)  # noqa: F821
 from atat.data.manifest import dataset_folder  # noqa: E402
 import logging  # noqa: E402
 
-from atat.figures import adversarial_examples_figure  # noqa: E402
+from atat.analysis.figures import adversarial_examples_figure  # noqa: E402
 
 sm = snakemake  # noqa: F821
 info = adversarial_examples_figure(sm.input.model, f"{dataset_folder(sm.input.dataset)}/private",

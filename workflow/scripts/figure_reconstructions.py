@@ -6,8 +6,8 @@ from _common import setup
 setup(snakemake)  # noqa: F821
 
 from atat.data.manifest import dataset_folder  # noqa: E402
-from atat.figures import cell_title, reconstruction_grid  # noqa: E402
-from atat.paper import ATTACK_NAMES, label  # noqa: E402
+from atat.analysis.figures import cell_title, reconstruction_grid  # noqa: E402
+from atat.analysis.paper import ATTACK_NAMES, label  # noqa: E402
 
 sm = snakemake  # noqa: F821
 w = sm.wildcards

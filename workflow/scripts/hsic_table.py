@@ -4,7 +4,7 @@ from _common import setup
 
 setup(snakemake)  # noqa: F821
 
-from atat.tables import hsic_table  # noqa: E402
+from atat.analysis.tables import hsic_table  # noqa: E402
 
 p = snakemake.params  # noqa: F821
 hsic_table(list(snakemake.input.hsic), snakemake.input.summary,  # noqa: F821

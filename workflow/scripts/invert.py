@@ -6,7 +6,7 @@ from _common import device, setup
 setup(snakemake)  # noqa: F821
 
 from atat.data.manifest import dataset_folder  # noqa: E402
-from atat.io import torch_load  # noqa: E402
+from atat.base.io import torch_load  # noqa: E402
 from atat.inversion.run import invert_class_range, merge_inversion, run_inversion  # noqa: E402
 
 sm = snakemake  # noqa: F821

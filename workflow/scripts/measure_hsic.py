@@ -8,12 +8,12 @@ setup(snakemake)  # noqa: F821
 p = snakemake.params  # noqa: F821
 
 if snakemake.rule == "hsic_table":  # noqa: F821
-    from atat.tables import hsic_table
+    from atat.analysis.tables import hsic_table
 
     hsic_table(list(snakemake.input.hsic), snakemake.input.summary,  # noqa: F821
                list(snakemake.output), table=p.table, note=p.note)  # noqa: F821
 else:
-    from atat.hsic_measure import measure_hsic
+    from atat.measures.hsic_measure import measure_hsic
 
     measure_hsic(snakemake.input.model, p.dataset_root, p.resolution,  # noqa: F821
                  split=p.split, batch_size=int(p.batch_size), n_batches=p.n_batches,

@@ -6,7 +6,7 @@ from _common import setup
 
 setup(snakemake)  # noqa: F821
 
-from atat.preconditions import preconditions_table  # noqa: E402
+from atat.analysis.preconditions import preconditions_table  # noqa: E402
 
 preconditions_table(snakemake.input.summary, snakemake.params.metrics, snakemake.output,  # noqa: F821
                     snakemake.config, prior_files=snakemake.params.priors)  # noqa: F821

@@ -12,7 +12,7 @@ setup(snakemake)  # noqa: F821
 
 from atat.data.manifest import write_stamp  # noqa: E402
 from atat.data.prepare import prepare_dataset  # noqa: E402
-from atat.fetch import DEFAULT_LOCK_FILE  # noqa: E402
+from atat.base.fetch import DEFAULT_LOCK_FILE  # noqa: E402
 
 p = snakemake.params  # noqa: F821
 prepare_dataset(

@@ -6,7 +6,7 @@ setup(snakemake)  # noqa: F821
 
 import pandas as pd  # noqa: E402
 
-from atat.tables import regression_table  # noqa: E402
+from atat.analysis.tables import regression_table  # noqa: E402
 
 tidy = pd.read_csv(snakemake.input.regressions)  # noqa: F821
 regression_table(tidy, f"T{snakemake.params.number}", snakemake.output)  # noqa: F821

@@ -9,9 +9,9 @@ import logging  # noqa: E402
 
 import pandas as pd  # noqa: E402
 
-from atat import io  # noqa: E402
-from atat.stats.regression import fit_all  # noqa: E402
-from atat.tables import load_specs  # noqa: E402
+from atat.base import io  # noqa: E402
+from atat.analysis.stats.regression import fit_all  # noqa: E402
+from atat.analysis.tables import load_specs  # noqa: E402
 
 summary = pd.read_csv(snakemake.input.summary)  # noqa: F821
 specs = load_specs(snakemake.input.specs, snakemake.params.statistics)  # noqa: F821

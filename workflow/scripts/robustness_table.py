@@ -4,6 +4,6 @@ from _common import setup
 
 setup(snakemake)  # noqa: F821
 
-from atat.tables import robustness_table  # noqa: E402
+from atat.analysis.tables import robustness_table  # noqa: E402
 
 robustness_table(snakemake.input.summary, snakemake.output, eps=snakemake.params.eps)  # noqa: F821

@@ -4,7 +4,7 @@ from _common import setup
 
 setup(snakemake)  # noqa: F821
 
-from atat.tables import table2, table3  # noqa: E402
+from atat.analysis.tables import table2, table3  # noqa: E402
 
 sm = snakemake  # noqa: F821
 if sm.rule == "table2":

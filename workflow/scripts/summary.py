@@ -5,7 +5,7 @@ from _common import setup
 
 setup(snakemake)  # noqa: F821
 
-from atat.summary import build_summary  # noqa: E402
+from atat.analysis.summary import build_summary  # noqa: E402
 
 build_summary(snakemake.params.models, snakemake.output[0],  # noqa: F821
               attacks=snakemake.params.attacks)  # noqa: F821

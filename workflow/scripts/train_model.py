@@ -4,7 +4,7 @@ from _common import device, setup
 
 setup(snakemake)  # noqa: F821
 
-from atat.train import TrainSpec, train  # noqa: E402
+from atat.training.train import TrainSpec, train  # noqa: E402
 
 p = snakemake.params  # noqa: F821
 spec = TrainSpec(**p.spec)

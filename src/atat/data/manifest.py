@@ -42,7 +42,7 @@ from typing import Any, Iterator, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from atat.io import atomic_path
+from atat.base.io import atomic_path
 
 FORMAT_VERSION = 1
 MANIFEST_NAME = "manifest.csv"

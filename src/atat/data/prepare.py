@@ -5,7 +5,7 @@ FaceScrub, CelebA (HD crops) or Stanford Dogs into a dataset root in the project
 format (:mod:`atat.data.manifest`) at ``out_dir/private``, following
 docs/sources.md#seeds-and-splits; the per-dataset rules are in :mod:`atat.data.builders`
 (``facescrub``, ``celeba``, ``stanford_dogs``), the downloads, verification and lock file in
-:mod:`atat.fetch`.
+:mod:`atat.base.fetch`.
 
 The split is :func:`atat.data.manifest.split_indices` over the builder's sample order (90/10, then
 80/20, seed ``split_seed``) -- the same rule for all three.
@@ -17,13 +17,13 @@ Raw files
     ``sha256`` has its ``sha256`` and ``size`` *recorded* into the lock file after its first
     download (or first use, if it was placed by hand) -- only once the dataset built from it is
     complete, so an archive with the wrong content is never pinned -- atomically, for the user
-    to review and commit.  A mismatch (wrong or truncated file) raises :class:`atat.fetch.ChecksumError`
+    to review and commit.  A mismatch (wrong or truncated file) raises :class:`atat.base.fetch.ChecksumError`
     naming the file and both hashes.  Downloads go to a temporary name in ``raw_dir`` and are
     renamed only once verified.  Files already in place are used without any network access;
     with ``offline=True`` the network is never touched and missing files are reported with
     the exact path to place them at and where to get them.
 Transports
-    :mod:`atat.fetch` (pooch for HTTP, gdown for Google Drive, the official Kaggle client;
+    :mod:`atat.base.fetch` (pooch for HTTP, gdown for Google Drive, the official Kaggle client;
     Kaggle credentials are the client's: ``KAGGLE_USERNAME``/``KAGGLE_KEY``,
     ``KAGGLE_API_TOKEN`` or ``kaggle.json``, never read, logged or written here).
 Safety and atomicity
@@ -51,9 +51,9 @@ from atat.data.builders.celeba import (CELEBA_HDCROP_GDRIVE_ID, CELEBA_IDENTITY_
                                        CELEBA_IDENTITY_MD5, select_celeba_identities)
 from atat.data.builders.stanford_dogs import STANFORD_DOGS_BASE_URL, STANFORD_DOGS_LISTS_SHA256
 from atat.data.manifest import split_indices, write_dataset
-from atat.fetch import (DEFAULT_LOCK_FILE, ChecksumError, DownloadError, OfflineMissingFileError,
+from atat.base.fetch import (DEFAULT_LOCK_FILE, ChecksumError, DownloadError, OfflineMissingFileError,
                         load_lock, obtain, record_first_checksum)
-from atat.io import install_dir, read_json, write_json
+from atat.base.io import install_dir, read_json, write_json
 
 log = logging.getLogger(__name__)
 

@@ -58,7 +58,7 @@ import numpy as np
 import pandas as pd
 from PIL import Image, ImageDraw, ImageFilter
 
-from atat.io import install_dir
+from atat.base.io import install_dir
 from atat.data.manifest import split_indices, write_dataset
 from atat.data.painting import (
     MIN_DISCRETE_DIFF, POOLS, _background, _camera, _choice, _clip_rgb, _composite, _mix,
@@ -569,7 +569,7 @@ def _domain_functions(domain: str):
 def _write_pool(root: Path, pool: str, identities: list[dict[str, Any]], n_images: int, *, seed: int,
                 split_seed: int, resolution: int, nuisance: float, progress: bool, params: dict,
                 domain: str = "faces", n_extra_test: int = 0) -> dict:
-    from atat.progress import track  # one log line per identity, with ETA
+    from atat.base.progress import track  # one log line per identity, with ETA
 
     render = _domain_functions(domain)[1]
     generator_name = "synthfaces" if domain == "faces" else f"synthfaces-{domain}"

@@ -18,10 +18,10 @@ import torch.nn.functional as F
 from torch import nn
 from torchvision.transforms import v2 as T
 
-from atat import io
+from atat.base import io
 # docs/sources.md#attack-conventions: torch, random and numpy seeded at attack start (one home:
-# atat.train)
-from atat.train import seed_everything
+# atat.training.train)
+from atat.training.train import seed_everything
 
 __all__ = [
     "LOSSES",
@@ -396,7 +396,7 @@ def final_selection(G: nn.Module, target_model: nn.Module, w: torch.Tensor,
 
     ``class_seed``: torch's random streams are re-seeded with ``class_seed + class`` before
     each class, so a class's scores do not depend on the classes scored before it (PPA's
-    class-range jobs, atat.config.inversion_shards); None: one stream continues through the
+    class-range jobs, atat.plan.config.inversion_shards); None: one stream continues through the
     classes (the caller seeds it, as PPDG does per class)."""
     ops: list = []
     if rrc_scale is not None:

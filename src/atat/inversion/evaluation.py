@@ -14,8 +14,8 @@
   trained on the attacker's public pool (identities disjoint from the private ones) whose
   L2-normalised penultimate features serve as the embedding.
 
-Both train through the one training loop, :func:`atat.train.fit` (resumable). Every model
-takes images in [-1, 1]. Checkpoints are written atomically (:mod:`atat.io`).
+Both train through the one training loop, :func:`atat.training.train.fit` (resumable). Every model
+takes images in [-1, 1]. Checkpoints are written atomically (:mod:`atat.base.io`).
 """
 
 from __future__ import annotations
@@ -31,14 +31,14 @@ import torchvision
 from torch import Tensor, nn
 from torch.utils.data import DataLoader, Subset
 
-from atat import io
+from atat.base import io
 from atat.data.loading import ManifestDataset, build_transform, make_loader
 from atat.data.manifest import read_meta
-from atat.inversion_defaults import EVAL_TRAINING_DEFAULTS
-from atat.defenses import StepContext
-from atat.models import Classifier, build_model
-from atat.train import evaluate, fingerprint, seed_everything, versions
-from atat.train import fit as train_loop
+from atat.plan.inversion_defaults import EVAL_TRAINING_DEFAULTS
+from atat.training.defenses import StepContext
+from atat.training.models import Classifier, build_model
+from atat.training.train import evaluate, fingerprint, seed_everything, versions
+from atat.training.train import fit as train_loop
 
 log = logging.getLogger(__name__)
 
@@ -154,7 +154,7 @@ def eval_augmentation(aug: Mapping[str, Any] | None) -> dict[str, Any]:
 
 
 class _CrossEntropy:
-    """The training method (:class:`atat.train.TrainingMethod`) of the evaluation networks:
+    """The training method (:class:`atat.training.train.TrainingMethod`) of the evaluation networks:
     the summed loss of ``loss_fn`` (model, x, y) -> (loss, logits); summed cross-entropy of
     the plain logits for evaluation; no state of its own. Logs the augmented training
     accuracy."""
@@ -228,10 +228,10 @@ def train_evaluation_model(dataset_root: str | Path, *, out_model: str | Path,
     """Train the evaluation model on ``dataset_root`` (a private dataset: train/val/test) as
     docs/sources.md#evaluation-model: train loader shuffled with ``drop_last``, the config's
     augmentation, Adam, MultiStepLR per epoch, CE_sum(main) + CE_sum(aux), lowest-validation-loss
-    checkpoint, all through the one training loop (:func:`atat.train.fit`; resumable from
+    checkpoint, all through the one training loop (:func:`atat.training.train.fit`; resumable from
     ``resume_path``). Writes the checkpoint (see :func:`load_evaluation_model`) and a metrics
     JSON with the train (un-augmented), validation and test accuracies; returns the metrics
-    (None when ``stop_after_epochs`` interrupted the run, as in :func:`atat.train.train`)."""
+    (None when ``stop_after_epochs`` interrupted the run, as in :func:`atat.training.train.train`)."""
     device = torch.device(device)
     p = _recipe(training)
     seed_everything(seed)
@@ -412,7 +412,7 @@ def train_face_embedding(dataset_dir: str | Path, *, out_model: str | Path,
     """Train the demo face-embedding network: ``architecture`` from scratch on the public pool
     ``<dataset_dir>/public`` (identities must be disjoint from ``<dataset_dir>/private``),
     holding out ``holdout_fraction`` of each identity's images for validation (best-val-loss
-    checkpoint), through the one training loop (:func:`atat.train.fit`; resumable from
+    checkpoint), through the one training loop (:func:`atat.training.train.fit`; resumable from
     ``resume_path``; None when ``stop_after_epochs`` interrupted the run). Besides the
     held-out classification accuracy the metrics report the held-out 1-nearest-neighbour
     identification accuracy in embedding space (gallery = the training images), i.e. how

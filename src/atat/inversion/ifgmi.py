@@ -20,7 +20,7 @@ Deviation for resumability (documented, as in :mod:`atat.inversion.ppa`): the or
 every random transform from one global torch stream; here the stream is re-seeded with
 ``seed + batch index`` at the start of each batch, so a job resumed after an interruption
 reproduces an uninterrupted run exactly. A job over a range of the classes
-(:func:`ifgmi_classes`, atat.config.inversion_shards) computes its batches as the job over every
+(:func:`ifgmi_classes`, atat.plan.config.inversion_shards) computes its batches as the job over every
 class does (same batch indices and lockstep groups); :func:`merge_ifgmi` joins the ranges and
 chooses the stage.
 """
@@ -35,10 +35,10 @@ from typing import Any, Callable, Mapping, Sequence
 import torch
 from torch import nn
 
-from atat import io
-from atat.precision import attack_precision
-from atat.inversion_defaults import IFGMI_CANDIDATE_DEFAULTS, IFGMI_DEFAULTS, ifgmi_settings
-from atat.progress import track  # one log line per batch, with ETA
+from atat.base import io
+from atat.base.precision import attack_precision
+from atat.plan.inversion_defaults import IFGMI_CANDIDATE_DEFAULTS, IFGMI_DEFAULTS, ifgmi_settings
+from atat.base.progress import track  # one log line per batch, with ETA
 
 from .core import (
     Lanes,
@@ -58,7 +58,7 @@ __all__ = ["DEFAULTS", "ifgmi_classes", "ifgmi_settings", "l1_ball_projection", 
            "optimize_stage", "run_ifgmi"]
 
 #: Values of docs/sources.md#if-gmi ([REP] if_gmi.yaml, FaceScrub) used for keys a config leaves
-#: out: one copy in the torch-free atat.inversion_defaults, which atat.config's checks read too.
+#: out: one copy in the torch-free atat.plan.inversion_defaults, which atat.plan.config's checks read too.
 DEFAULTS = IFGMI_DEFAULTS
 CANDIDATE_DEFAULTS = IFGMI_CANDIDATE_DEFAULTS
 
@@ -192,7 +192,7 @@ def run_ifgmi(G: nn.Module, target_model: nn.Module, params: Mapping[str, Any], 
               progress: bool = True, log: Callable[[str], Any] = print,
               lockstep: bool = True) -> dict[str, Any]:
     """Run IF-GMI against ``target_model`` (inputs in [-1, 1] at ``params['input_resolution']``)
-    with generator ``G``; ``params`` as returned by :func:`atat.config.inversion_params`.
+    with generator ``G``; ``params`` as returned by :func:`atat.plan.config.inversion_params`.
     ``scorer(images, targets)`` scores each batch's stage images at generator resolution.
 
     The per-class batches (docs/sources.md#if-gmi: one class at a time, e.g. 5 candidates in a batch

@@ -95,7 +95,7 @@ class Evaluator:
     #facenet-distance, #evaluation-model-distance).
 
     ``eval_model``: a module with ``features(x)`` → [N, D] and ``head(features)`` → logits
-    (:class:`atat.inversion.evaluation.EvaluationModel`, or any :class:`atat.models.Classifier`);
+    (:class:`atat.inversion.evaluation.EvaluationModel`, or any :class:`atat.training.models.Classifier`);
     ``face_model``: x → [N, d] unit-norm embeddings, or ``None`` (``dist_face`` = NaN).
     ``real``: the private dataset root (its ``train`` split is read, PIL-resized to each network
     resolution as the eval transform does) or a pair (images [M, 3, H, W] in [-1, 1], labels
@@ -267,7 +267,7 @@ def save_real_embeddings(evaluator: Evaluator, path: str | os.PathLike[str],
     """Write ``evaluator``'s real-image features (every class it embedded) atomically, with
     the resolutions and batch size they were made with and ``meta`` (e.g. the networks'
     file hashes)."""
-    from atat import io
+    from atat.base import io
 
     cpu = (lambda d: None if d is None else {int(c): v.cpu() for c, v in d.items()})
     io.torch_save({"eval": cpu(evaluator.real_eval), "face": cpu(evaluator.real_face),
@@ -278,8 +278,8 @@ def save_real_embeddings(evaluator: Evaluator, path: str | os.PathLike[str],
 
 def load_real_embeddings(path: str | os.PathLike[str]) -> dict[str, Any]:
     """A :func:`save_real_embeddings` file (tensors and plain values only); a truncated one is
-    named with what to do (atat.io.torch_load)."""
-    from atat import io
+    named with what to do (atat.base.io.torch_load)."""
+    from atat.base import io
 
     return io.torch_load(path)
 

@@ -91,7 +91,7 @@ class PerceptualFeatures(nn.Module, ABC):
 
 
 def _load_state_dict(path: str | os.PathLike[str]) -> dict:
-    from atat.io import DOWNLOAD_ADVICE, torch_load
+    from atat.base.io import DOWNLOAD_ADVICE, torch_load
 
     sd = torch_load(path, advice=DOWNLOAD_ADVICE)
     if isinstance(sd, dict) and "state_dict" in sd and isinstance(sd["state_dict"], dict):

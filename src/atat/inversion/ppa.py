@@ -7,7 +7,7 @@ global torch stream; here the stream is re-seeded with ``seed + batch index`` at
 of each optimisation batch (batches of the job's whole candidate list, whichever classes a
 job attacks) and with ``seed + class`` before each class's final selection, so a job resumed
 after an interruption reproduces an uninterrupted run exactly, and a job over a range of the
-classes (:func:`ppa_classes`, atat.config.inversion_shards) computes exactly what the job over
+classes (:func:`ppa_classes`, atat.plan.config.inversion_shards) computes exactly what the job over
 every class computes for them; :func:`merge_ppa` joins the ranges. Each class's final images
 are scored in batches of that class only.
 """
@@ -21,9 +21,9 @@ from typing import Any, Callable, Mapping
 import torch
 from torch import nn
 
-from atat import io
-from atat.precision import attack_precision
-from atat.progress import track  # one log line per batch, with ETA
+from atat.base import io
+from atat.base.precision import attack_precision
+from atat.base.progress import track  # one log line per batch, with ETA
 
 from .core import (
     ResultAccumulator,
@@ -57,7 +57,7 @@ def run_ppa(G: nn.Module, target_model: nn.Module, params: Mapping[str, Any], sc
             *, device: str | torch.device = "cpu", resume_dir: str | Path | None = None,
             progress: bool = True) -> dict[str, Any]:
     """Run PPA against ``target_model`` (inputs in [-1, 1] at ``params['input_resolution']``)
-    with generator ``G``; ``params`` as returned by :func:`atat.config.inversion_params`.
+    with generator ``G``; ``params`` as returned by :func:`atat.plan.config.inversion_params`.
 
     Returns ``frame`` (per-image scores of the final images), ``best_images`` (per class the
     image of highest evaluation confidence), ``final_w``/``targets`` (selected latents),

@@ -45,9 +45,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..io import load_resume, torch_save
-from ..precision import attack_precision
-from ..progress import Progress
+from atat.base.io import load_resume, torch_save
+from atat.base.precision import attack_precision
+from atat.base.progress import Progress
 from .core import (
     SCORE_COLUMNS,
     Lanes,
@@ -453,7 +453,7 @@ def run_ppdg(G: nn.Module, D: nn.Module | None, target_model: nn.Module, params:
              log: Callable[[str], None] = print, share_search: bool = True,
              lockstep: bool = True) -> dict:
     """Run PPDG (docs/sources.md#ppdg) on every target class of ``params`` (from
-    ``atat.config.inversion_params(..., "ppdg")``). ``G``, ``D`` and ``target_model`` are not
+    ``atat.plan.config.inversion_params(..., "ppdg")``). ``G``, ``D`` and ``target_model`` are not
     modified (deep copies). ``scorer(images, targets) -> {SCORE_COLUMNS: per-image tensors}``.
 
     Returns ``frame`` (per-image rows of the last round: class + SCORE_COLUMNS),

@@ -11,7 +11,7 @@ from typing import Any, Mapping
 
 import torch
 
-from atat import io
+from atat.base import io
 
 from .stylegan2 import train_small_generator
 

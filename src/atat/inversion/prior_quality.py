@@ -57,8 +57,8 @@ from typing import Any, Mapping, Sequence
 import torch
 from torch import Tensor, nn
 
-from atat import io
-from atat.inversion_defaults import PRIOR_STATISTICS
+from atat.base import io
+from atat.plan.inversion_defaults import PRIOR_STATISTICS
 
 log = logging.getLogger(__name__)
 
@@ -216,7 +216,7 @@ def measure(G: nn.Module, classifier: nn.Module, embed: nn.Module, real: Tensor,
 # ------------------------------------------------------------------ config and files
 def settings(config: Mapping[str, Any]) -> dict[str, Any]:
     """``config['preconditions']['prior_quality']`` with every key (else a ConfigError)."""
-    from atat.config import ConfigError
+    from atat.plan.config import ConfigError
 
     section = (config.get("preconditions") or {}).get("prior_quality")
     if not isinstance(section, Mapping):

@@ -17,10 +17,10 @@ import pandas as pd
 import torch
 from torch import nn
 
-from atat import io
-from atat.fetch.verify import sha256sum
-from atat.precision import DEFAULT_PRECISION, check_precision, tf32_active
-from atat.train import load_model
+from atat.base import io
+from atat.base.fetch.verify import sha256sum
+from atat.base.precision import DEFAULT_PRECISION, check_precision, tf32_active
+from atat.training.train import load_model
 
 from .core import target_classes
 from .evaluation import load_evaluation_model, load_face_network
@@ -126,7 +126,7 @@ def _checked_embeddings(path: str | Path, evaluation_path: str | Path,
 
 def attack_class_list(attack: str, params: Mapping[str, Any]) -> list[int]:
     """The classes of one inversion job in the order its class ranges count them
-    (atat.config.inversion_shards): PPA's and IF-GMI's own order, PPDG's ascending."""
+    (atat.plan.config.inversion_shards): PPA's and IF-GMI's own order, PPDG's ascending."""
     classes = target_classes(params["targets"], int(params["n_classes"]),
                              params.get("dataset_kind", ""), int(params["seed"]),
                              first_k=(attack == "ifgmi"))

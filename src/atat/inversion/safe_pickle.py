@@ -272,13 +272,13 @@ class SafeUnpickler(pickle.Unpickler):
 
 def safe_load(fileobj_or_path, *, advice: str | None = None) -> Any:
     """Unpickle with :class:`SafeUnpickler` from a path, bytes or binary file object. A file
-    that is truncated or corrupt raises :class:`atat.io.CheckpointError` naming it and
+    that is truncated or corrupt raises :class:`atat.base.io.CheckpointError` naming it and
     ``advice`` (default: delete it and rerun the job that writes it, a download included); a
     refused global stays an :class:`UnsafePickleError`."""
     if isinstance(fileobj_or_path, (bytes, bytearray)):
         return SafeUnpickler(io.BytesIO(bytes(fileobj_or_path))).load()
     if isinstance(fileobj_or_path, (str, os.PathLike)):
-        from atat import io as atat_io
+        from atat.base import io as atat_io
 
         with open(fileobj_or_path, "rb") as f:
             try:
@@ -359,7 +359,7 @@ def load_stylegan_pickle(path, key: str = "G_ema", *, advice: str | None = None)
     Returns ``{'init_kwargs': dict, 'state_dict': OrderedDict[str, Tensor], 'class_name': str,
     'record': PersistentRecord, 'keys': list of top-level keys}`` for network ``key``
     (``'G_ema'`` by default; ``'G'``/``'D'`` also work). A truncated or corrupt file raises
-    :class:`atat.io.CheckpointError` naming it and ``advice`` (see :func:`safe_load`).
+    :class:`atat.base.io.CheckpointError` naming it and ``advice`` (see :func:`safe_load`).
     """
     data = safe_load(path, advice=advice)
     if isinstance(data, PersistentRecord):  # a bare network pickle

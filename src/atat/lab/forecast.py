@@ -4,9 +4,9 @@ For a config and a profile, per rule: jobs (from the workflow's own DAG of ``all
 Snakemake's Python API, so the forecast and a dry run count the same jobs), device-hours, the
 peak GPU memory, the longest job against the partition's ``max_runtime_min`` (the profile's
 ``config:`` entry), and the whole campaign on N GPUs. Each job's work and the devices' rates are
-:mod:`atat.job_cost` (the functions the workflow requests its runtimes with).
+:mod:`atat.plan.job_cost` (the functions the workflow requests its runtimes with).
 
-Rates: on a GPU the FLOP estimates of :class:`atat.job_cost.GpuRates` (an A100), replaced by
+Rates: on a GPU the FLOP estimates of :class:`atat.plan.job_cost.GpuRates` (an A100), replaced by
 ``results/bench/bench_gpu.csv`` where ``make bench-gpu`` has run (training images/s, AutoAttack
 images/s, PPA images x steps/s at the paper's shapes); on the CPU the per-network timings of
 ``python -m atat.lab.forecast calibrate`` (``make bench`` runs it; results/bench/forecast_cpu.csv).
@@ -35,7 +35,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import yaml
 
-from atat.job_cost import (GMAC, CpuRates, GpuRates, JobCost, Pass, job_cost_for,
+from atat.plan.job_cost import (GMAC, CpuRates, GpuRates, JobCost, Pass, job_cost_for,
                            runtime_request_min, stylegan_key)
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -102,7 +102,7 @@ def gpu_rates(path: Path = GPU_CSV, config: Mapping[str, Any] | None = None) -> 
     the fp32 rate, median over the epsilons."""
     import statistics
 
-    from atat.job_cost import autoattack_cost
+    from atat.plan.job_cost import autoattack_cost
 
     base = GpuRates()
     if not path.is_file():
@@ -114,7 +114,7 @@ def gpu_rates(path: Path = GPU_CSV, config: Mapping[str, Any] | None = None) -> 
     found = []
     aa = []
     if config is None:
-        from atat.config import load_config
+        from atat.plan.config import load_config
 
         config = load_config(ROOT / "config" / "config.yaml")
     for r in rows:
@@ -313,7 +313,7 @@ def calibrate_units(config: Mapping[str, Any], needed: set[tuple[str, int, str]]
 
     from atat.data import synthfaces as sf
     from atat.inversion.stylegan2 import Generator, train_small_generator
-    from atat.models import build_model
+    from atat.training.models import build_model
 
     torch.set_num_threads(1)
     units: dict[str, float] = {}
@@ -387,8 +387,8 @@ def calibrate_units(config: Mapping[str, Any], needed: set[tuple[str, int, str]]
         else:
             units[key] = timed_net(build_model(network, 20), r, batch, kind)
         print(f"{key:45s} {units[key]:.6g} CPU-s", flush=True)
-    code = ("import torch, torchvision, atat.train, atat.robustness, atat.inversion.run, "
-            "atat.io")
+    code = ("import torch, torchvision, atat.training.train, atat.robustness, atat.inversion.run, "
+            "atat.base.io")
     t = []
     for _ in range(max(1, repeats)):
         before = os.times()
@@ -416,10 +416,10 @@ def rule_scripts(rules_dir: Path = ROOT / "workflow" / "rules") -> dict[str, Pat
 
 def script_modules(script: Path) -> list[str]:
     """The modules a job's script imports (anywhere in it), with what workflow/scripts/_common
-    imports for every job (torch, atat.io, atat.progress, atat.device)."""
+    imports for every job (torch, atat.base.io, atat.base.progress, atat.base.device)."""
     import re
 
-    mods = ["snakemake.script", "torch", "atat.io", "atat.progress", "atat.device"]
+    mods = ["snakemake.script", "torch", "atat.base.io", "atat.base.progress", "atat.base.device"]
     for m in re.finditer(r"^\s*(?:from\s+([\w.]+)\s+import|import\s+([\w.]+))",
                          script.read_text(), flags=re.M):
         mod = m.group(1) or m.group(2)
@@ -461,7 +461,7 @@ def _cpu_name() -> str:
 
 
 def write_units(units: Mapping[str, float], path: Path = CPU_CSV) -> None:
-    from atat import io
+    from atat.base import io
 
     meta = {"date": time.strftime("%Y-%m-%d"), "cpu": _cpu_name(), "threads": 1}
     io.write_csv_rows(path, ["key", "cpu_s", "date", "cpu", "threads"],

@@ -11,7 +11,7 @@ Two tables, from the run's own files (DIR holds ``results/``):
    rate, the one-way ANOVA intra-class correlation of ``correct_top1`` between a model's target
    classes, and the design effect 1 + (m - 1) ICC it implies for a rate that treats the images
    as independent (m = images per class). Pooled: the median ICC over models.
-2. **Power per claim part.** Every part of every claim as :func:`atat.claims.judged_claims`
+2. **Power per claim part.** Every part of every claim as :func:`atat.analysis.claims.judged_claims`
    judges it under the pre-registered plan (``config/claims.yaml``), with the standard error its
    interval implies: for a directional test, the power to find it supported when the true
    effect is the paper's theta_P and when it is theta_P/2, and the factor by which the sample
@@ -98,7 +98,7 @@ def part_power(test: Any, se: float, alpha: float, power: float = 0.80) -> dict[
 
 
 def claim_power(claims: Sequence[Any], alpha: float, power: float = 0.80) -> pd.DataFrame:
-    """One row per part of every judged claim (:attr:`atat.claims.Claim.parts`)."""
+    """One row per part of every judged claim (:attr:`atat.analysis.claims.Claim.parts`)."""
     rows = []
     for c in claims:
         for p in c.parts:
@@ -115,12 +115,12 @@ def claim_power(claims: Sequence[Any], alpha: float, power: float = 0.80) -> pd.
 
 
 def _claims_of_run(run: Path, config: Mapping[str, Any]) -> tuple[list[Any], Any]:
-    """Judge the claims on the run's files (the claims rule's inputs, atat.paper)."""
+    """Judge the claims on the run's files (the claims rule's inputs, atat.analysis.paper)."""
     import yaml
 
-    from atat import claims as C
-    from atat.config import REPO_ROOT, model_runs
-    from atat.paper import Plan, claims_inputs
+    from atat.analysis import claims as C
+    from atat.plan.config import REPO_ROOT, model_runs
+    from atat.analysis.paper import Plan, claims_inputs
 
     regressions = yaml.safe_load((REPO_ROOT / "config" / "regressions.yaml").read_text()) or {}
     plan = Plan(config, model_runs(config), regressions)
@@ -141,7 +141,7 @@ def _claims_of_run(run: Path, config: Mapping[str, Any]) -> tuple[list[Any], Any
 
 
 def _fmt(df: pd.DataFrame, caption: str) -> str:
-    from atat.tables import to_markdown
+    from atat.analysis.tables import to_markdown
 
     return to_markdown(df, caption, float_fmt="{:.3g}") if len(df) else caption + "\n\n(none)\n"
 
@@ -165,7 +165,7 @@ def report(run: str | Path, config: Mapping[str, Any]) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from atat.config import load_config, validate_config
+    from atat.plan.config import load_config, validate_config
 
     ap = argparse.ArgumentParser(prog="python -m atat.lab.power",
                                  description=__doc__.splitlines()[0])

@@ -1,8 +1,8 @@
-"""The jobs a targeted rebuild plans: for every paper output (:data:`atat.paper.REGISTRY`) the
+"""The jobs a targeted rebuild plans: for every paper output (:data:`atat.analysis.paper.REGISTRY`) the
 jobs of a dry run of its files from an empty ``results/`` (``snakemake -n --forceall <files>``),
 computed from one DAG of ``all`` built with Snakemake's Python API (one process; a CLI dry run
 per output of the paper config takes ~7 s each), and the cone the registry predicts from the
-files the output reads (:func:`atat.paper.output_reads`).
+files the output reads (:func:`atat.analysis.paper.output_reads`).
 
 ``python -m atat.lab.target_cones`` prints a Markdown table (per output and config: the jobs
 of its dry run, of which models trained, AutoAttack jobs and inversions) -- the numbers of
@@ -84,9 +84,9 @@ def build_dag(configfiles: Sequence[str | Path], workdir: str | Path | None = No
 
 
 def plan_of(dag: Dag):
-    """The :class:`atat.paper.Plan` of the config the DAG was built from."""
-    from atat.config import model_runs
-    from atat.paper import Plan
+    """The :class:`atat.analysis.paper.Plan` of the config the DAG was built from."""
+    from atat.plan.config import model_runs
+    from atat.analysis.paper import Plan
 
     regressions = yaml.safe_load((ROOT / "config" / "regressions.yaml").read_text()) or {}
     return Plan(dag.config, model_runs(dag.config), regressions)
@@ -96,7 +96,7 @@ def cones(dag: Dag) -> dict[str, tuple[set[JobKey], set[JobKey]]]:
     """Entry id -> (jobs of a dry run of its files, the registry's cone: the jobs making its
     files, its own summary and per-image table, and the cone of every file it reads) for
     every entry this config builds."""
-    from atat.paper import (REGISTRY, output_per_image_file, output_reads, output_summary_file,
+    from atat.analysis.paper import (REGISTRY, output_per_image_file, output_reads, output_summary_file,
                             per_image_selection, summary_selection)
 
     plan = plan_of(dag)

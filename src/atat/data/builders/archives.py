@@ -39,7 +39,7 @@ class RawFile:
     name: str
     url: str  # what a person opens to get it (also the download URL for http)
     kind: str  # "zip" | "tar" | "text": checked before a new checksum is recorded
-    fetcher: str  # "http" | "kaggle" | "gdrive" (atat.fetch.transports)
+    fetcher: str  # "http" | "kaggle" | "gdrive" (atat.base.fetch.transports)
     ref: str | None = None  # Kaggle dataset owner/slug or Google Drive file id (http: the url)
     how: str = ""  # hint for placing it by hand
 

@@ -1,0 +1,1 @@
+"""Infrastructure every stage may use: atomic file writes (io), a job's progress and exit line (progress), float precision settings (precision), the device check (device), downloads with checksums (fetch)."""

@@ -1,7 +1,0 @@
-"""NoDef: plain training of docs/sources.md#training-recipe (paper A.1)."""
-
-from atat.defenses.base import Defense
-
-
-class NoDefense(Defense):
-    type_name = "nodef"

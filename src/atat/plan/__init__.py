@@ -1,0 +1,1 @@
+"""The plan: the config, its validation and every name resolved up front."""

@@ -1,0 +1,618 @@
+"""Cost model of the workflow's jobs (issue 43 items 3-4). Torch-free: the workflow imports it
+at DAG time to request each GPU job's runtime and to refuse a job longer than the cluster's
+partition allows; ``atat.lab.forecast`` prints the campaign from the same functions.
+
+A job's work is a list of :class:`Pass` -- images (or optimiser steps) through one network at
+one resolution, forward only (``fwd``) or forward and backward (``fb``) -- plus a fixed cost
+per job (process start, imports). Work comes from the config alone (epochs x images x
+architecture for training; images x attack iterations per epsilon for AutoAttack; classes x
+candidates x steps x (generator + target) for the inversion attacks). A device turns work into
+seconds:
+
+* **GPU** (:class:`GpuRates`): forward multiply-accumulates per image (:data:`GMAC`, counted
+  with ``torch.utils.flop_counter`` on this project's networks, 2026-12-06) x 2 FLOP x 3 for
+  forward+backward, over an effective FLOP/s per precision. Defaults are estimates for an
+  A100 (docs/sources.md#gpu-throughput-of-the-cost-model); ``make bench-gpu`` measurements replace them
+  (``atat.lab.forecast``).
+* **CPU** (:class:`CpuRates`): measured CPU seconds per image (or per step) of each network at
+  its shape, timed in one thread by ``python -m atat.lab.forecast calibrate`` (``make bench``).
+
+Every count is an upper bound where the job may stop early (AutoAttack's images that an attack
+already broke, ``stop_at_val_acc``): a runtime request must not be short.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any, Iterable, Mapping, Sequence
+
+__all__ = ["Pass", "JobCost", "GpuRates", "CpuRates", "GMAC", "stylegan_key",
+           "train_cost", "autoattack_cost", "hsic_cost", "inversion_cost",
+           "evaluation_model_cost", "public_classifier_cost", "generator_cost",
+           "real_embeddings_cost", "prior_quality_cost", "synthfaces_cost", "fixed_cost",
+           "split_sizes", "inversion_class_count", "class_shards", "runtime_request_min",
+           "parse_gpu_cards", "pick_gpu_card", "RuntimeLimitError", "check_runtime_limit",
+           "GPU_RULES"]
+
+#: rules whose jobs run on a GPU under the SLURM profile (the rules declaring ``gpu=1``)
+GPU_RULES = ("train_model", "autoattack", "measure_hsic", "invert", "invert_shard",
+             "train_evaluation_model",
+             "real_embeddings", "train_generator")
+
+#: forward multiply-accumulates per image (GMAC) at the given resolution, counted with
+#: torch.utils.flop_counter (FLOPs / 2) on this project's networks (atat.training.models.build_model,
+#: torchvision Inception-v3 / VGG16, facenet-pytorch InceptionResnetV1, atat.inversion.stylegan2
+#: Generator incl. mapping) on 2026-12-06. Other resolutions scale with (r / r0)^2.
+GMAC: dict[str, tuple[float, int]] = {
+    "resnet18": (1.8136, 224), "resnet152": (11.5116, 224), "densenet169": (3.3582, 224),
+    "resnet10": (0.8887, 224), "densenet47": (0.7007, 224),
+    "inception_v3": (5.7132, 299), "vgg16": (15.3466, 224), "facenet": (1.4177, 160),
+    # StyleGAN2 with FFHQ's architecture (channel_base 32768, channel_max 512): the whole
+    # generator at its full resolution (no (r/r0)^2 scaling: the architecture changes with r)
+    "stylegan2/32768/512@1024": (75.3852, 1024), "stylegan2/32768/512@512": (60.2018, 512),
+}
+
+
+def stylegan_key(resolution: int, channel_base: int = 32768, channel_max: int = 512) -> str:
+    """Network key of a StyleGAN2 generator (its MACs depend on the whole architecture)."""
+    return f"stylegan2/{int(channel_base)}/{int(channel_max)}@{int(resolution)}"
+
+
+@dataclasses.dataclass(frozen=True)
+class Pass:
+    """``count`` images (or steps, kind ``step``) through ``network`` at ``resolution``."""
+
+    network: str
+    resolution: int
+    kind: str            # fwd | fb | step
+    count: float
+    precision: str = "fp32"   # fp32 (TF32 off) | tf32 (PyTorch's cuDNN default)
+
+
+@dataclasses.dataclass(frozen=True)
+class JobCost:
+    """Work of one job: its passes and a fixed part (process start and imports)."""
+
+    rule: str
+    name: str
+    passes: tuple[Pass, ...]
+    gpu: bool
+    gpu_mem_mb: int | None = None
+
+
+# ---- devices ---------------------------------------------------------------------------------
+
+@dataclasses.dataclass(frozen=True)
+class GpuRates:
+    """Effective FLOP/s per precision and a fixed start-up cost per job (docs/forecast.md)."""
+
+    flops: Mapping[str, float] = dataclasses.field(
+        default_factory=lambda: {"fp32": 12e12, "tf32": 23e12})
+    job_overhead_s: float = 60.0
+    name: str = "A100 (estimated)"
+
+    def pass_seconds(self, p: Pass) -> float:
+        """Seconds of pass ``p``: its FLOPs over the rate of its precision (``<precision>/
+        generator`` for a StyleGAN2 network where measured)."""
+        if p.kind == "step":
+            raise ValueError(f"no GPU figure for optimiser steps of {p.network!r}")
+        gmac = network_gmac(p.network, p.resolution)
+        key = p.precision
+        if p.network.startswith("stylegan2/") and f"{key}/generator" in self.flops:
+            key = f"{key}/generator"
+        return p.count * gmac * 1e9 * 2 * (3 if p.kind == "fb" else 1) / self.flops[key]
+
+    def seconds(self, job: JobCost) -> float:
+        return self.job_overhead_s + sum(self.pass_seconds(p) for p in job.passes)
+
+
+@dataclasses.dataclass(frozen=True)
+class CpuRates:
+    """Measured CPU seconds per image (per step for ``step``), keyed ``network@res/kind``, and
+    the fixed CPU seconds of a job (a fresh process importing torch and the package)."""
+
+    per_unit: Mapping[str, float]
+    job_overhead_s: float
+    name: str = "CPU, one thread"
+    #: a rule's own fixed part where measured (its script's imports), else job_overhead_s
+    rule_overhead_s: Mapping[str, float] = dataclasses.field(default_factory=dict)
+
+    def pass_seconds(self, p: Pass) -> float:
+        key = f"{p.network}@{p.resolution}/{p.kind}"
+        if key not in self.per_unit:
+            raise KeyError(f"no CPU calibration for {key} (python -m atat.lab.forecast "
+                           f"calibrate measures the demo's networks)")
+        return p.count * self.per_unit[key]
+
+    def seconds(self, job: JobCost) -> float:
+        fixed = self.rule_overhead_s.get(job.rule, self.job_overhead_s)
+        return fixed + sum(self.pass_seconds(p) for p in job.passes)
+
+
+def stylegan_synthesis_gmac(resolution: int, channel_base: int, channel_max: int) -> float:
+    """Forward GMAC of a StyleGAN2 synthesis network per image, from its convolutions: per
+    block at resolution r (8 .. ``resolution``) a 3x3 up-convolution computed at r/2 and a 3x3
+    convolution at r, plus the 4 px block's convolution (channels min(channel_base / r,
+    channel_max)); within 5% of :data:`GMAC`'s counts of the FFHQ and AFHQ architectures."""
+    ch = lambda r: min(channel_base // r, channel_max)  # noqa: E731
+    macs = 16 * ch(4) * ch(4) * 9
+    r = 8
+    while r <= resolution:
+        macs += (r // 2) ** 2 * ch(r // 2) * ch(r) * 9 + r * r * ch(r) * ch(r) * 9
+        r *= 2
+    return macs / 1e9
+
+
+def network_gmac(network: str, resolution: int) -> float:
+    """Forward GMAC per image of ``network`` at ``resolution`` (:data:`GMAC`)."""
+    if network.startswith("stylegan2/"):
+        key = network if "@" in network else f"{network}@{resolution}"
+        if key in GMAC:
+            return GMAC[key][0]
+        _, cb, cm_res = key.split("/")[:3]
+        cm, res = cm_res.split("@")
+        return stylegan_synthesis_gmac(int(res.split("/")[0]), int(cb), int(cm))
+    if network not in GMAC:
+        raise ValueError(f"no MAC count for network {network!r} (known: {', '.join(GMAC)})")
+    g, r0 = GMAC[network]
+    return g * (int(resolution) / r0) ** 2
+
+
+# ---- work per rule -----------------------------------------------------------------------------
+
+def split_sizes(n_images: int, extra_test: int = 0) -> tuple[int, int, int]:
+    """(train, val, test) of a private pool of ``n_images``: 90/10 train/test, then 80/20
+    train/val (the paper's split, atat.data); ``extra_test`` test-only images added."""
+    test = int(round(0.1 * n_images))
+    val = int(round(0.2 * (n_images - test)))
+    return n_images - test - val, val, test + int(extra_test)
+
+
+def _pgd_factor(defense: Mapping[str, Any]) -> float:
+    """Forward+backward passes per training image: PGD steps (each one forward+backward to
+    the input) plus the clean (AT-AT) and adversarial losses."""
+    kind = defense.get("type")
+    iters = int(defense.get("iterations", 5) or 0)
+    if kind == "atat":
+        return 2 + iters
+    if kind == "at":
+        return 1 + iters
+    return 1.0
+
+
+def train_cost(name: str, *, architecture: str, resolution: int, n_train: int, n_val: int,
+               n_test: int, training: Mapping[str, Any], defense: Mapping[str, Any],
+               precision: str = "tf32", rule: str = "train_model") -> JobCost:
+    """One training job: epochs x training images x (1 + PGD) forward+backward, validation
+    every ``eval_every`` epochs, the training-accuracy and test passes. ``precision``: PyTorch's
+    default (cuDNN convolutions in TF32), as the authors trained."""
+    epochs = int(training["epochs"])
+    every = max(1, int(training.get("eval_every", 1) or 1))
+    fb = epochs * n_train * _pgd_factor(defense)
+    fwd = (epochs // every + 1) * n_val + n_train + n_test
+    return JobCost(rule, name, (Pass(architecture, resolution, "fb", fb, precision),
+                                Pass(architecture, resolution, "fwd", fwd, precision)), gpu=True)
+
+
+#: standard AutoAttack (Croce & Hein 2020, its ``standard`` version): iterations or queries,
+#: target classes, per attack (atat.lab.bench_gpu.STANDARD_WORK)
+AA_STANDARD = {"apgd-ce": (100, 1), "apgd-t": (100, 9), "fab-t": (100, 9), "square": (5000, 1)}
+
+
+def autoattack_cost(name: str, *, architecture: str, resolution: int, n_classes: int,
+                    autoattack: Mapping[str, Any], n_eps: int = 1) -> JobCost:
+    """AutoAttack of one model at ``n_eps`` epsilons on ``n_examples`` images, every attack
+    doing its full work on every image (an upper bound: an image an attack breaks leaves the
+    later attacks). APGD: one forward+backward per iteration; FAB: one forward+backward and one
+    forward; Square: one forward per query."""
+    n = int(autoattack["n_examples"])
+    attacks = list(autoattack.get("attacks") or AA_STANDARD)
+    precision = "tf32" if autoattack.get("precision") == "tf32" else "fp32"
+    work = {}
+    if autoattack.get("version", "standard") == "standard":
+        work = {a: (it, min(t, n_classes - 1) if t > 1 else 1)
+                for a, (it, t) in AA_STANDARD.items() if a in attacks}
+    else:
+        s = autoattack.get("settings") or {}
+        table = {"apgd-ce": ("apgd", "n_iter", None), "apgd-t": ("apgd_t", "n_iter", "n_target_classes"),
+                 "fab-t": ("fab", "n_iter", "n_target_classes"), "square": ("square", "n_queries", None)}
+        for a in attacks:
+            block, it_key, t_key = table[a]
+            cfg = s.get(block) or {}
+            restarts = int(cfg.get("n_restarts", 1) or 1)
+            work[a] = (int(cfg.get(it_key, AA_STANDARD[a][0])) * restarts,
+                       int(cfg.get(t_key, 1)) if t_key else 1)
+    fb = fwd = 0.0
+    for a, (it, t) in work.items():
+        if a == "square":
+            fwd += it * t
+        elif a == "fab-t":
+            fb += it * t
+            fwd += it * t
+        else:
+            fb += it * t
+    fwd += 1  # clean accuracy
+    passes = (Pass(architecture, resolution, "fb", n * fb * n_eps, precision),
+              Pass(architecture, resolution, "fwd", n * fwd * n_eps, precision))
+    return JobCost("autoattack", name, passes, gpu=True)
+
+
+def hsic_cost(name: str, *, architecture: str, resolution: int, n_train: int,
+              n_batches: int | None = None, batch_size: int = 128) -> JobCost:
+    """HSIC of one model: one forward pass over its training loader (or ``n_batches``)."""
+    n = n_train if n_batches is None else min(n_train, int(n_batches) * int(batch_size))
+    return JobCost("measure_hsic", name, (Pass(architecture, resolution, "fwd", n, "tf32"),),
+                   gpu=True)
+
+
+def inversion_class_count(targets: Any, n_classes: int) -> int:
+    """Classes one (model, attack) attacks: ``all``, a seeded random ``k``, or a list."""
+    if targets in (None, "all"):
+        return int(n_classes)
+    if isinstance(targets, int):
+        return min(int(targets), int(n_classes))
+    return len(list(targets))
+
+
+def inversion_cost(name: str, *, attack: str, params: Mapping[str, Any], n_classes_job: int,
+                   generator: str, generator_resolution: int, crop: int | None,
+                   architecture: str, input_resolution: int, evaluation: tuple[str, int],
+                   face: tuple[str, int] | None, perceptual: tuple[str, int] | None,
+                   gpu_mem_mb: int | None = None) -> JobCost:
+    """One inversion job over ``n_classes_job`` classes. Per class: the candidate search
+    (``search_space_size`` renders and target forwards, once per job for PPDG), the
+    optimisation (``num_candidates`` x steps x (generator + target) forward+backward), the
+    final selection (``iterations`` target forwards per candidate), the scoring of the kept
+    images (rendered, then the evaluation model and face network); PPDG repeats search,
+    optimisation, selection and scoring every round (its first round's search once per job)
+    and between rounds projects ``num_inv_points`` pivots (``inv_steps``) and tunes the
+    generator (``tune_steps``), each step through the generator and its perceptual network.
+    Precision: ``params['precision']`` where the config has it, else fp32 for PPA/IF-GMI (TF32
+    forced off) and PyTorch's default (tf32) for PPDG."""
+    prec = str(params.get("precision") or ("tf32" if attack == "ppdg" else "fp32"))
+    c = params["candidates"]
+    n_cand, search = int(c["num_candidates"]), int(c["search_space_size"])
+    k = int(n_classes_job)
+    steps = params["steps"]
+    total_steps = sum(int(s) for s in steps) if isinstance(steps, (list, tuple)) else int(steps)
+    rounds = int(params.get("num_rounds", 1) or 1) if attack == "ppdg" else 1
+    fs = params.get("final_selection") or {}
+    kept = int(fs.get("samples_per_target", n_cand)) if fs else n_cand
+    g_fwd = g_fb = t_fwd = t_fb = p_fb = 0.0
+    # the search: per class and round; PPDG's first round (untuned generator) once per job
+    searches = (1 + k * (rounds - 1)) if attack == "ppdg" else k
+    g_fwd += searches * search
+    t_fwd += searches * search
+    opt = k * n_cand * total_steps * rounds
+    g_fb += opt
+    t_fb += opt
+    if fs:   # every round: the candidates rendered once, `iterations` augmented target forwards
+        g_fwd += rounds * k * n_cand
+        t_fwd += rounds * k * n_cand * int(fs.get("iterations", 0))
+    g_fwd += rounds * k * kept   # the kept images rendered for the scorers, every round
+    if attack == "ppdg" and rounds > 1:   # between rounds: project the pivots, tune G
+        inv = params.get("inv_steps") or {"pointwise": 300, "mmd": 100, "ct": 150}[
+            params.get("measure", "pointwise")]
+        tune = params.get("tune_steps") or (25 if params.get("measure") == "ct" else 150)
+        points = int(params.get("num_inv_points", 1))
+        between = (rounds - 1) * k * points * (int(inv) + int(tune))
+        g_fb += between
+        p_fb += between
+    passes = [Pass(generator, generator_resolution, "fwd", g_fwd, prec),
+              Pass(generator, generator_resolution, "fb", g_fb, prec),
+              Pass(architecture, input_resolution, "fwd", t_fwd, prec),
+              Pass(architecture, input_resolution, "fb", t_fb, prec),
+              Pass(evaluation[0], evaluation[1], "fwd", rounds * k * kept, prec)]
+    if face:
+        passes.append(Pass(face[0], face[1], "fwd", rounds * k * kept, prec))
+    if p_fb and perceptual:
+        passes.append(Pass(perceptual[0], perceptual[1], "fb", p_fb, prec))
+    del crop  # the crop and resize are cheap next to the networks
+    return JobCost("invert", name, tuple(passes), gpu=True, gpu_mem_mb=gpu_mem_mb)
+
+
+def evaluation_model_cost(name: str, *, architecture: str, resolution: int, n_train: int,
+                          n_val: int, training: Mapping[str, Any]) -> JobCost:
+    """The evaluation model (Inception-v3) of one dataset: a training job without PGD."""
+    job = train_cost(name, architecture=architecture, resolution=resolution, n_train=n_train,
+                     n_val=n_val, n_test=0, training=training, defense={},
+                     rule="train_evaluation_model")
+    return job
+
+
+def public_classifier_cost(rule: str, name: str, *, architecture: str, resolution: int,
+                           n_images: int, training: Mapping[str, Any]) -> JobCost:
+    """A classifier of a public pool (face embedding, prior-quality instrument): 80/20
+    train/validation of the pool's images; a CPU job in the profile."""
+    n_val = int(round(0.2 * n_images))
+    job = train_cost(name, architecture=architecture, resolution=resolution,
+                     n_train=n_images - n_val, n_val=n_val, n_test=0, training=training,
+                     defense={}, rule=rule)
+    return dataclasses.replace(job, gpu=False)
+
+
+def generator_cost(name: str, *, key: str, resolution: int, steps: int) -> JobCost:
+    """Training the embedded default's prior: ``steps`` optimiser steps (G and D at the
+    configured batch; one CPU calibration per recipe)."""
+    return JobCost("train_generator", name, (Pass(key, resolution, "step", int(steps)),),
+                   gpu=True)
+
+
+def real_embeddings_cost(name: str, *, n_train: int, evaluation: tuple[str, int],
+                         face: tuple[str, int] | None) -> JobCost:
+    """The scorer's features of the private training images: one forward each."""
+    passes = [Pass(evaluation[0], evaluation[1], "fwd", n_train, "tf32")]
+    if face:
+        passes.append(Pass(face[0], face[1], "fwd", n_train, "tf32"))
+    return JobCost("real_embeddings", name, tuple(passes), gpu=True)
+
+
+def prior_quality_cost(name: str, *, generator: str, resolution: int, samples: int,
+                       classifier: str, n_classifiers: int, n_real: int) -> JobCost:
+    """The prior's quality: ``samples`` renders, then every classifier's forward over the
+    samples, the held-out real images and as many Gaussian images."""
+    return JobCost("prior_quality", name, (
+        Pass(generator, resolution, "fwd", samples),
+        Pass(classifier, resolution, "fwd", n_classifiers * (2 * samples + n_real))), gpu=False)
+
+
+def synthfaces_cost(name: str, *, n_images: int, resolution: int, domain: str = "faces"
+                    ) -> JobCost:
+    """Drawing a synthetic population: ``n_images`` painted images."""
+    return JobCost("synthfaces", name, (Pass(f"synth{domain}", resolution, "step", n_images),),
+                   gpu=False)
+
+
+def fixed_cost(rule: str, name: str) -> JobCost:
+    """A job whose cost is its process (tables, figures, statistics)."""
+    return JobCost(rule, name, (), gpu=False)
+
+
+# ---- requests and limits --------------------------------------------------------------------
+
+#: a runtime request is the forecast x this margin (the forecast is an estimate), rounded up
+#: to 10 minutes, at least 30 minutes
+RUNTIME_MARGIN = 1.5
+MIN_RUNTIME_MIN = 30
+
+
+def runtime_request_min(seconds: float, margin: float = RUNTIME_MARGIN) -> int:
+    """Minutes to request for a job forecast at ``seconds``."""
+    if not math.isfinite(seconds) or seconds < 0:
+        raise ValueError(f"forecast must be a finite non-negative time, got {seconds}")
+    return max(MIN_RUNTIME_MIN, int(math.ceil(seconds * margin / 60 / 10)) * 10)
+
+
+class RuntimeLimitError(ValueError):
+    """A job's runtime request exceeds the partition's limit."""
+
+
+def check_runtime_limit(requests: Iterable[tuple], max_runtime_min: int | None) -> None:
+    """Refuse jobs (rule, name, requested minutes[, forecast seconds]) longer than
+    ``max_runtime_min``: one message naming each (up to 10), its forecast and request, and the
+    remedy."""
+    if max_runtime_min is None:
+        return
+    limit = int(max_runtime_min)
+    over = [(q[0], q[1], q[2], q[3] if len(q) > 3 else None) for q in requests if q[2] > limit]
+    if not over:
+        return
+    over.sort(key=lambda x: -x[2])
+    lines = [f"  {r} {n}: {m} min requested ("
+             + (f"forecast {f / 3600:.1f} h" if f is not None else "forecast")
+             + f" x {RUNTIME_MARGIN})" for r, n, m, f in over[:10]]
+    more = f"\n  ... and {len(over) - 10} more" if len(over) > 10 else ""
+    remedy = {
+        "invert": "shard finer: a smaller inversion.classes_per_job (each job attacks fewer "
+                  "classes)",
+        "autoattack": "autoattack.job: per_epsilon (one job per epsilon) where it is per_model",
+    }
+    hints = sorted({remedy.get(r, "a partition with a longer limit (max_runtime_min)")
+                    for r, _, _, _ in over})
+    raise RuntimeLimitError(
+        f"{len(over)} job(s) would exceed the partition's limit max_runtime_min = {limit} min "
+        f"and would pend forever or be rejected; nothing was submitted:\n" + "\n".join(lines)
+        + more + "\nRemedy: " + "; ".join(hints)
+        + " (python -m atat.lab.forecast prints every job's forecast)")
+
+
+def parse_gpu_cards(spec: str | None) -> list[tuple[str, int]]:
+    """``"name=MB,name=MB"`` (config key ``gpu_cards``) -> [(name, MB)] by memory."""
+    if not spec:
+        return []
+    cards = []
+    for item in str(spec).split(","):
+        name, sep, mb = item.strip().partition("=")
+        if not sep or not name or not mb.strip().isdigit():
+            raise ValueError(f"gpu_cards: expected 'name=MB,name=MB', got {spec!r}")
+        cards.append((name.strip(), int(mb)))
+    return sorted(cards, key=lambda c: c[1])
+
+
+def pick_gpu_card(need_mb: int, cards: Sequence[tuple[str, int]], oom_failures: int = 0
+                  ) -> str:
+    """The smallest card with at least ``need_mb``, one size larger per earlier attempt that
+    ran out of GPU memory. Raises ValueError when no card is large enough."""
+    fitting = [i for i, (_, mb) in enumerate(cards) if mb >= need_mb]
+    if not fitting:
+        raise ValueError(f"needs {need_mb} MB of GPU memory; the largest card in gpu_cards has "
+                         f"{max((mb for _, mb in cards), default=0)} MB")
+    i = fitting[0] + int(oom_failures)
+    if i >= len(cards):
+        raise ValueError(f"ran out of GPU memory {oom_failures} time(s), last on "
+                         f"{cards[-1][0]} ({cards[-1][1]} MB), the largest card in gpu_cards; "
+                         f"lower the attack's batch_size")
+    return cards[i][0]
+
+
+# ---- the config's jobs --------------------------------------------------------------------------
+
+#: images of the paper's real datasets (the whole private pool before the splits): CelebA's
+#: 1,000 most frequent identities 30,038 (paper A.2), Stanford Dogs 20,580 (the dataset's
+#: page); FaceScrub's Kaggle copy is not counted anywhere public (docs/sources.md#facescrub) -- 35,000 gives
+#: the ~25,000 training images the workflow's real_embeddings rule assumes
+REAL_DATASET_IMAGES = {"facescrub": 35000, "celeba": 30038, "stanford_dogs": 20580}
+
+
+def dataset_images(config: Mapping[str, Any], dataset: str) -> tuple[int, int, int, int]:
+    """(train, val, test, public) image counts of ``dataset``."""
+    ds = config["datasets"][dataset]
+    syn = ds.get("synthetic")
+    if syn:
+        n_priv = int(syn["n_private_identities"])
+        n = n_priv * int(syn["images_per_identity"])
+        extra = n_priv * int(syn.get("extra_test_images_per_identity", 0) or 0)
+        public = int(syn["n_public_identities"]) * int(syn["public_images_per_identity"])
+        return (*split_sizes(n, extra), public)
+    if ds["source"] not in REAL_DATASET_IMAGES:
+        raise ValueError(f"no image count for dataset source {ds['source']!r}")
+    return (*split_sizes(REAL_DATASET_IMAGES[ds["source"]]), 0)
+
+
+#: full resolution of the downloadable StyleGAN2-ADA priors, by file name (the workflow's
+#: PRIOR_RESOLUTION); another url is assumed to be 1024 px
+PRIOR_RESOLUTION = {"ffhq.pkl": 1024, "afhqdog.pkl": 512}
+
+
+def generator_network(config: Mapping[str, Any], name: str) -> tuple[str, int]:
+    """(network key, resolution) of generator ``name``."""
+    g = config["generators"][name]
+    if "train" in g:
+        t = g["train"]
+        res = int(config["datasets"][t["dataset"]]["resolution"])
+        return stylegan_key(res, t.get("channel_base", 1024), t.get("channel_max", 64)), res
+    res = PRIOR_RESOLUTION.get(str(g["url"]).rsplit("/", 1)[-1], 1024)
+    return stylegan_key(res), res
+
+
+def _scorers(config: Mapping[str, Any], dataset: str) -> tuple[tuple[str, int], tuple[str, int] | None]:
+    ev = config.get("evaluation_model") or {}
+    evaluation = (str(ev.get("architecture", "inception_v3")), int(ev.get("resolution", 299)))
+    face = None
+    if config["datasets"][dataset].get("faces"):
+        fe = config.get("face_embedding") or {}
+        if fe.get("source") == "public_classifier":
+            face = (str(fe.get("architecture", "resnet18")), int(fe["resolution"]))
+        else:
+            face = ("facenet", int(fe.get("resolution", 160)))
+    return evaluation, face
+
+
+def class_shards(config: Mapping[str, Any], dataset: str, architecture: str, defense: str,
+                 attack: str) -> list[tuple[int, int]]:
+    """The class ranges of one (model, attack)'s jobs: atat.plan.config.inversion_shards (the
+    workflow's own split, ``inversion.classes_per_job``), or one range of every class."""
+    from atat.plan import config as _config
+    from atat.plan.config import inversion_params, n_classes
+
+    split = getattr(_config, "inversion_shards", None)
+    if split is not None:
+        return list(split(config, dataset, architecture, defense, attack))
+    p = inversion_params(config, dataset, architecture, defense, attack)
+    return [(0, inversion_class_count(p.get("targets", "all"), n_classes(config, dataset)))]
+
+
+def job_cost_for(rule: str, wc: Mapping[str, Any], config: Mapping[str, Any], *,
+                 n_classes_job: int | None = None, gpu_mem_mb: int | None = None) -> JobCost:
+    """The cost of the job of ``rule`` with wildcards ``wc`` under ``config`` (the rules'
+    wildcards: dataset, arch, defense, seed, eps, attack, generator)."""
+    from atat.plan.config import defense_params, inversion_params, n_classes, training_params
+
+    name = "/".join(str(v) for v in wc.values())
+    if rule in ("train_model", "autoattack", "measure_hsic", "invert", "invert_shard"):
+        ds, arch, defense = wc["dataset"], wc["arch"], wc["defense"]
+        res = int(config["datasets"][ds]["resolution"])
+        n_train, n_val, n_test, _ = dataset_images(config, ds)
+        training = training_params(config, ds, arch, defense)
+    if rule == "train_model":
+        dp = defense_params(config, defense, (ds, arch))
+        return train_cost(name, architecture=arch, resolution=res, n_train=n_train, n_val=n_val,
+                          n_test=n_test, training=training, defense=dp)
+    if rule == "autoattack":
+        aa = config["autoattack"]
+        n_eps = 1 if "eps" in wc else len(aa["epsilons"])
+        return autoattack_cost(name, architecture=arch, resolution=res,
+                               n_classes=n_classes(config, ds), autoattack=aa, n_eps=n_eps)
+    if rule == "measure_hsic":
+        h = config.get("hsic") or {}
+        return hsic_cost(name, architecture=arch, resolution=res, n_train=n_train,
+                         n_batches=h.get("n_batches"), batch_size=int(training["batch_size"]))
+    if rule in ("invert", "invert_shard"):
+        attack = wc["attack"]
+        p = inversion_params(config, ds, arch, defense, attack)
+        if rule == "invert_shard":
+            n_classes_job = int(wc["stop"]) - int(wc["start"])
+        elif n_classes_job is None:
+            shards = class_shards(config, ds, arch, defense, attack)
+            if len(shards) > 1:  # rule invert only merges its shards' parts (CPU, seconds)
+                return fixed_cost("invert", name)
+            n_classes_job = shards[0][1] - shards[0][0]
+        gen_key, gen_res = generator_network(config, config["datasets"][ds]["generator"])
+        evaluation, face = _scorers(config, ds)
+        perceptual = None
+        if attack == "ppdg":
+            perceptual = (("vgg16", gen_res) if p.get("perceptual") == "vgg16_lpips"
+                          else (str((config.get("face_embedding") or {}).get(
+                              "architecture", "resnet18")), res))
+        job = inversion_cost(name, attack=attack, params=p, n_classes_job=n_classes_job,
+                             generator=gen_key, generator_resolution=gen_res,
+                             crop=config["generators"][config["datasets"][ds]["generator"]].get(
+                                 "center_crop"),
+                             architecture=arch, input_resolution=int(p["input_resolution"]),
+                             evaluation=evaluation, face=face, perceptual=perceptual,
+                             gpu_mem_mb=gpu_mem_mb)
+        return dataclasses.replace(job, rule=rule)
+    if rule == "train_evaluation_model":
+        ds = wc["dataset"]
+        ev = config["evaluation_model"]
+        n_train, n_val, _, _ = dataset_images(config, ds)
+        return evaluation_model_cost(name, architecture=str(ev.get("architecture", "inception_v3")),
+                                     resolution=int(ev["resolution"]), n_train=n_train,
+                                     n_val=n_val, training=ev["training"])
+    if rule in ("train_face_embedding", "train_instrument_classifier"):
+        ds = wc["dataset"]
+        fe = config["face_embedding"]
+        return public_classifier_cost(rule, name, architecture=str(fe.get("architecture", "resnet18")),
+                                      resolution=int(fe["resolution"]),
+                                      n_images=dataset_images(config, ds)[3],
+                                      training=fe.get("training") or {})
+    if rule == "train_generator":
+        t = config["generators"][wc["generator"]]["train"]
+        key, res = generator_network(config, wc["generator"])
+        return generator_cost(name, key=f"{key}/b{int(t.get('batch_size', 16))}", resolution=res,
+                              steps=int(t["steps"]))
+    if rule == "real_embeddings":
+        ds = wc["dataset"]
+        evaluation, face = _scorers(config, ds)
+        return real_embeddings_cost(name, n_train=dataset_images(config, ds)[0],
+                                    evaluation=evaluation, face=face)
+    if rule == "prior_quality":
+        g = wc["generator"]
+        key, res = generator_network(config, g)
+        pq = config["preconditions"]["prior_quality"]
+        public = dataset_images(config, config["generators"][g]["train"]["dataset"])[3]
+        fe = config["face_embedding"]
+        return prior_quality_cost(name, generator=key, resolution=res, samples=int(pq["samples"]),
+                                  classifier=str(fe.get("architecture", "resnet18")),
+                                  n_classifiers=int(pq["classifiers"]),
+                                  n_real=int(round(0.2 * public)))
+    if rule == "synthfaces":
+        ds = wc["dataset"]
+        d = config["datasets"][ds]
+        syn = d["synthetic"]
+        tr, va, te, pub = dataset_images(config, ds)
+        return synthfaces_cost(name, n_images=tr + va + te + pub, resolution=int(d["resolution"]),
+                               domain=str(syn.get("domain", "faces")))
+    return fixed_cost(rule, name)
+
+
+#: what a job's log holds when it ran out of GPU memory (torch.OutOfMemoryError's text)
+OOM_MARKERS = ("OutOfMemoryError", "CUDA out of memory")
+
+
+def oom_attempts(attempts_log_text: str) -> int:
+    """How many attempts in a job's attempts log (``===== attempt N ...`` headers,
+    workflow/scripts/_common.py) ran out of GPU memory."""
+    parts = attempts_log_text.split("===== attempt ")[1:] or [attempts_log_text]
+    return sum(1 for part in parts if any(m in part for m in OOM_MARKERS))

@@ -1,0 +1,1 @@
+"""Target models: architectures, training loop, PGD, the HSIC estimator BiDO trains with, and every defense."""
