@@ -158,15 +158,19 @@ def test_defense_patch_applies_per_cell(demo):
     assert defense_params(demo, "mid", ("synthfaces", "densenet47")) == defense_params(demo, "mid")
 
 
-def test_snakemake_stops_before_any_job_on_a_bad_config(tmp_path):
+@pytest.mark.parametrize("overlay,key", [
+    ("autoattack:\n  epsilons: [-0.1]\n", "autoattack.epsilons.0"),   # a bad magnitude
+    ("training:\n  lr_gamma: .nan\n", "training.lr_gamma: nan"),       # NaN passes the schema
+])
+def test_snakemake_stops_before_any_job_on_a_bad_config(tmp_path, overlay, key):
     bad = tmp_path / "bad.yaml"
-    bad.write_text("autoattack:\n  epsilons: [-0.1]\n")
+    bad.write_text(overlay)
     proc = subprocess.run(
         [sys.executable, "-m", "snakemake", "-n", "--configfile", str(DEMO), str(bad)],
         cwd=ROOT, capture_output=True, text=True)
     assert proc.returncode != 0
     out = proc.stdout + proc.stderr
-    assert "autoattack.epsilons.0" in out
+    assert key in out
     assert "Job stats" not in out
 
 
@@ -760,14 +764,3 @@ def test_nan_and_inf_are_rejected_naming_the_key(tmp_path, base, overlay, key):
     with pytest.raises(ConfigError, match="must be finite") as info:
         validate_config(config)
     assert key in str(info.value), str(info.value)
-
-
-def test_snakemake_stops_on_nan_before_any_job(tmp_path):
-    bad = tmp_path / "bad.yaml"
-    bad.write_text("training:\n  lr_gamma: .nan\n")
-    proc = subprocess.run(
-        [sys.executable, "-m", "snakemake", "-n", "--configfile", str(DEMO), str(bad)],
-        cwd=ROOT, capture_output=True, text=True)
-    assert proc.returncode != 0
-    out = proc.stdout + proc.stderr
-    assert "training.lr_gamma: nan" in out and "Job stats" not in out
