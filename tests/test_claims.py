@@ -66,7 +66,7 @@ def _write(tmp: Path, cells: dict, demo: dict, *, causal_gap: float = 0.5) -> di
             f"layer{j}": list(h + rng.normal(0, 0.05, 30)) for j in range(4)}}}))
         hsic[d] = path
     tidy = []
-    # slopes of the paper's size where the claim holds (theta_P = 1/gamma, config/claims.yaml),
+    # slopes of the paper's size where the claim holds (theta_P = 1/gamma, config/analysis/claims.yaml),
     # none where it does not (gradient-suppressing defenses); standard error a quarter of it
     theta = {"0.0025": 3.226, "0.0005": 0.1852, "1e-05": 1.099}
     for table, attack, sample in (("T15", "ppa", "generic"), ("T18", "ifgmi", "generic"),

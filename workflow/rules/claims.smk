@@ -1,5 +1,5 @@
 # Stage 11 (issues 17, 45): the paper's claims against this run, each tested as the
-# pre-registered analysis plan config/claims.yaml says (its sha256 in the table), with the
+# pre-registered analysis plan config/analysis/claims.yaml says (its sha256 in the table), with the
 # run's interval, a verdict and the minimum detectable effect; and how much the numbers move
 # with the seed (atat.analysis.claims). Reads only the workflow's own outputs (summary, per-image table,
 # regressions, cost of privacy, preconditions, dose-response, the claims cell's HSIC files:
@@ -9,7 +9,7 @@
 rule claims:
     input:
         unpack(claims_rule_inputs),
-        plan=CLAIMS_PLAN,  # the pre-registered analysis plan (config/claims.yaml)
+        plan=CLAIMS_PLAN,  # the pre-registered analysis plan (config/analysis/claims.yaml)
     output:
         report(
             "results/tables/claims.csv",

@@ -78,7 +78,7 @@ except ConfigError as exc:
     raise WorkflowError(str(exc)) from None
 # the pre-registered analysis plan of the claims table (atat.analysis.claims.load_plan; an input of the
 # claims rule, so a change reruns it): a bad key or number stops here, before any job
-CLAIMS_PLAN = f"{workflow.basedir}/config/claims.yaml"
+CLAIMS_PLAN = f"{workflow.basedir}/config/analysis/claims.yaml"
 try:
     load_claims_plan(CLAIMS_PLAN)
 except ConfigError as exc:

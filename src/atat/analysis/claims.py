@@ -1,6 +1,6 @@
 """The paper's claims, one row each, against what this run measured (issues 17, 45).
 
-Each claim is tested as the pre-registered analysis plan ``config/claims.yaml`` says -- its
+Each claim is tested as the pre-registered analysis plan ``config/analysis/claims.yaml`` says -- its
 statistic, test, one-sided level alpha, the paper's effect size theta (directional claims) or
 the margin Delta (claims of no effect) with its source -- and every verdict is read off one
 interval, the two-sided 1 - 2 alpha one (90% for alpha = 0.05; its ends are the one-sided
@@ -56,7 +56,7 @@ from atat.analysis.paper import (BASELINE_TYPES, DEFENSE_LABELS, claims_cell, is
                         label, output, section3_roles)
 
 #: The pre-registered analysis plan and its schema.
-PLAN_PATH = REPO_ROOT / "config" / "claims.yaml"
+PLAN_PATH = REPO_ROOT / "config" / "analysis" / "claims.yaml"
 PLAN_SCHEMA_PATH = REPO_ROOT / "workflow" / "schemas" / "claims.schema.yaml"
 
 SUPPORTED, SMALLER, CONTRADICTED = "supported", "smaller than the paper's", "contradicted"
@@ -80,7 +80,7 @@ def _z(p: float) -> float:
 # ------------------------------------------------------------------------------ the plan
 @dataclass(frozen=True)
 class Test:
-    """One pre-registered test (an entry or a part of config/claims.yaml)."""
+    """One pre-registered test (an entry or a part of config/analysis/claims.yaml)."""
     key: str                    # where it is in the plan, e.g. claims.causal_atat
     statistic: str
     test: str                   # one of TESTS
@@ -1039,7 +1039,7 @@ def claims_table(config: Mapping[str, Any], *, summary_csv: str | Path, per_imag
                  records: Sequence[str | Path] = ()) -> pd.DataFrame:
     """Write results/tables/claims.{csv,md} and, with a causal experiment in the summary,
     results/tables/seed_variation.{csv,md} (``outputs``: those paths, by name). ``plan``: the
-    analysis plan (config/claims.yaml); ``records``: the run's inversion records, whose
+    analysis plan (config/analysis/claims.yaml); ``records``: the run's inversion records, whose
     times :func:`plan_status` compares with the plan's."""
     from atat.analysis.tables import to_markdown
 

@@ -790,7 +790,7 @@ REGISTRY: list[Output] = [
     # --- stage claims (workflow/rules/claims.smk; issue 17): the paper's claims vs the run
     Output("claims", "claims", "claims", _claims_targets, "atat.analysis.claims:claims_table",
            "The paper's claims against this run, each tested as the pre-registered analysis "
-           "plan config/claims.yaml says: the run's interval, a verdict (supported / smaller "
+           "plan config/analysis/claims.yaml says: the run's interval, a verdict (supported / smaller "
            "than the paper's / contradicted / too weak to say / premise not met / not "
            "testable) and the minimum detectable effect."),
     # --- stage dose_response (workflow/rules/dose_response.smk; beyond the paper, issue 17)

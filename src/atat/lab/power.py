@@ -12,7 +12,7 @@ Two tables, from the run's own files (DIR holds ``results/``):
    classes, and the design effect 1 + (m - 1) ICC it implies for a rate that treats the images
    as independent (m = images per class). Pooled: the median ICC over models.
 2. **Power per claim part.** Every part of every claim as :func:`atat.analysis.claims.judged_claims`
-   judges it under the pre-registered plan (``config/claims.yaml``), with the standard error its
+   judges it under the pre-registered plan (``config/analysis/claims.yaml``), with the standard error its
    interval implies: for a directional test, the power to find it supported when the true
    effect is the paper's theta_P and when it is theta_P/2, and the factor by which the sample
    must grow for 80% power at theta_P (SE scales as 1/sqrt(n)); for a non-inferiority or
