@@ -24,10 +24,15 @@ interval, the two-sided 1 - 2 alpha one (90% for alpha = 0.05; its ends are the 
 * ``not testable``: an input is missing or the experiment's precondition (results/tables/
   preconditions.csv) failed; the basis column says which.
 
-Intervals: Newcombe's hybrid score interval for a difference of two rates (AttAcc@1, test
-accuracy), Welch's t for differences of means (per-class mean distances) and for the log ratio
-of mean per-batch HSIC (delta method), the regressions' t(n-k) with their HC2 standard errors
-(App. G), the Beta fits' Wald z on the logit scale (App. G, H). Inputs are the workflow's own
+Intervals: for a difference of two AttAcc@1 rates, the one the plan names (:data:`RATE_INTERVALS`):
+Newcombe's hybrid score interval, which treats every attacked image as independent, or the
+paired t over target classes, which pairs the two models class by class (every attacked model
+of a dataset is attacked on the same target classes with the same seeds) and so is honest
+about images clustered by class (:func:`paired_class_difference`); Newcombe's for a difference
+of test accuracies (test images are not clustered by target class); Welch's t for
+differences of means (per-class mean distances) and for the log ratio of mean per-batch HSIC
+(delta method), the regressions' t(n-k) with their HC2 standard errors (App. G), the Beta
+fits' Wald z on the logit scale (App. G, H). Inputs are the workflow's own
 outputs; numbers that have a home elsewhere come from it (the rates: :func:`atat.analysis.tables.
 main_results`; the causal fit: :func:`atat.analysis.stats.causal.causal_table`; the dose-response
 points: its table). The table records the plan's sha256 and whether the plan file was
@@ -71,6 +76,17 @@ COLUMNS = ["claim", "section", "statement", "paper", "test", "threshold", "run",
 MD_COLUMNS = COLUMNS[:-2]
 #: Paper §3: "Neither BiDO nor the defenses TL-DMI and NegLS ... significantly decrease HSIC".
 HSIC_CLAIM_TYPES = ("bido", "tldmi", "negls")
+
+#: The intervals a difference of two AttAcc@1 rates may be judged with (the plan's `interval`
+#: of each key of :data:`ATTACC_DIFFERENCE_KEYS` names one): Newcombe's hybrid score interval
+#: (images independent) or the paired t over the common target classes (class-clustered).
+NEWCOMBE = "Newcombe hybrid score"
+PAIRED_CLASSES = "paired t over classes (class-clustered)"
+RATE_INTERVALS = (NEWCOMBE, PAIRED_CLASSES)
+#: The plan's tests of an AttAcc@1 difference between two models (their keys).
+ATTACC_DIFFERENCE_KEYS = ("claims.hsic.premise", "claims.hsic_bido_star.parts.attacc",
+                          "claims.unseen_pixels", "claims.atat.parts.attacc",
+                          "claims.dose_response")
 
 
 def _z(p: float) -> float:
@@ -187,6 +203,12 @@ def _check_test(t: Test, fail: Any) -> None:
         fail(f"{t.key}.theta", f"a {t.test} test takes no theta")
     if t.test == "equivalence" and t.sign:
         fail(f"{t.key}.sign", "an equivalence test is two-sided and takes no sign")
+    if t.key in ATTACC_DIFFERENCE_KEYS and t.interval not in RATE_INTERVALS:
+        fail(f"{t.key}.interval", f"{t.interval!r} is not an interval of an AttAcc@1 "
+                                  f"difference (one of {', '.join(map(repr, RATE_INTERVALS))})")
+    if t.key not in ATTACC_DIFFERENCE_KEYS and t.interval == PAIRED_CLASSES:
+        fail(f"{t.key}.interval", "the paired t over classes is an interval of an AttAcc@1 "
+                                  "difference between two attacked models only")
 
 
 def load_plan(path: str | Path = PLAN_PATH) -> AnalysisPlan:
@@ -306,6 +328,91 @@ def rate_difference(p1: float, n1: int, p2: float, n2: int, alpha: float = 0.025
     c1, c2 = int(round(p1 * n1)), int(round(p2 * n2))
     d, lo, hi, se = newcombe(c1, n1, c2, n2, alpha)
     return Estimate(float(d), float(lo), float(hi), float(se))
+
+
+@dataclass(frozen=True)
+class ClassPairs:
+    """Two sides of an AttAcc@1 difference, class by class: the common target classes (sorted)
+    with each side's success rate and images in that class (a side of several models -- the
+    seeds of a cell's defense -- pooled per class, all their images of the class together, as
+    :func:`atat.analysis.tables.main_results` pools them over the whole cell)."""
+    a: str                  # the sides' names (for messages)
+    b: str
+    classes: np.ndarray
+    rate_a: np.ndarray
+    rate_b: np.ndarray
+    n_a: np.ndarray         # images of the class on each side
+    n_b: np.ndarray
+
+    @property
+    def k(self) -> int:
+        return len(self.classes)
+
+    @property
+    def d(self) -> np.ndarray:
+        """The per-class differences d_c = rate_a,c - rate_b,c."""
+        return self.rate_a - self.rate_b
+
+    def newcombe(self, alpha: float) -> Estimate:
+        """The same difference of the pooled rates with Newcombe's interval (images
+        independent)."""
+        ka, kb = float(np.sum(self.rate_a * self.n_a)), float(np.sum(self.rate_b * self.n_b))
+        na, nb = float(self.n_a.sum()), float(self.n_b.sum())
+        d, lo, hi, se = newcombe(round(ka), na, round(kb), nb, alpha)
+        return Estimate(float(d), float(lo), float(hi), float(se))
+
+
+def class_pairs(a: pd.DataFrame, b: pd.DataFrame, names: tuple[str, str],
+                metric: str = "correct_top1") -> ClassPairs:
+    """:class:`ClassPairs` of two sides' per-image rows (columns ``class`` and ``metric``, 0/1;
+    each side's rows all its models' images). Raises ValueError naming the sides and the
+    classes when the two sides were not attacked on the same target classes, or a side has
+    no image."""
+    for name, rows in zip(names, (a, b)):
+        missing = [c for c in ("class", metric) if c not in rows.columns]
+        if missing:
+            raise ValueError(f"{name}: the per-image rows lack columns {missing}")
+        if rows.empty:
+            raise ValueError(f"{name}: no attacked image in the per-image table")
+    ga, gb = (r.groupby("class")[metric].agg(["mean", "size"]) for r in (a, b))
+    only_a, only_b = sorted(set(ga.index) - set(gb.index)), sorted(set(gb.index) - set(ga.index))
+    if only_a or only_b:
+        def few(cs: list[Any]) -> str:
+            return ", ".join(map(str, cs[:10])) + (f" ... ({len(cs)} in all)" if len(cs) > 10
+                                                   else "")
+        raise ValueError(
+            f"a paired difference needs the same target classes on both sides: {names[0]} and "
+            f"{names[1]} differ (only {names[0]}: {few(only_a) or 'none'}; only {names[1]}: "
+            f"{few(only_b) or 'none'})")
+    gb = gb.loc[ga.index]
+    return ClassPairs(names[0], names[1], ga.index.to_numpy(), ga["mean"].to_numpy(float),
+                      gb["mean"].to_numpy(float), ga["size"].to_numpy(float),
+                      gb["size"].to_numpy(float))
+
+
+def paired_t(d: Any, alpha: float) -> tuple[np.ndarray, ...]:
+    """mean(d) over the last axis with the Student t(k - 1) interval of two-sided level
+    1 - 2 alpha and its standard error sd(d)/sqrt(k) (vectorised over the other axes)."""
+    d = np.asarray(d, float)
+    k = d.shape[-1]
+    est = d.mean(-1)
+    se = d.std(-1, ddof=1) / np.sqrt(k)
+    q = _t(1.0 - alpha, k - 1)
+    return est, est - q * se, est + q * se, se
+
+
+def paired_class_difference(pairs: ClassPairs, alpha: float = 0.025) -> Estimate:
+    """rate_a - rate_b paired by target class: the mean of the per-class differences d_c over
+    the k common classes, its standard error sd(d_c)/sqrt(k) and the Student t(k - 1) interval
+    of level 1 - 2 alpha. The class effect (a class easy to invert is easy for every model)
+    cancels in d_c, and the interval counts classes, not images, as the independent units.
+    With equal images per class it estimates the same difference as :func:`rate_difference`.
+    Fewer than 2 classes: an unbounded interval (not testable). Every class with the same
+    difference gives a zero-width interval (the sample has no spread to estimate)."""
+    if pairs.k < 2:
+        return Estimate(float(pairs.d.mean()) if pairs.k else float("nan"), -math.inf,
+                        math.inf, float("nan"))
+    return Estimate(*(float(v) for v in paired_t(pairs.d, alpha)))
 
 
 def _t(p: float, df: Any) -> Any:
@@ -459,6 +566,8 @@ class Part:
     est: Estimate | None
     why: str = ""
     digits: int = 3
+    #: an AttAcc@1 difference: its two sides class by class (the power analysis reads them)
+    pairs: ClassPairs | None = None
 
     def verdict(self) -> str:
         return verdict(self.test, self.est)
@@ -527,6 +636,18 @@ class Inputs:
               & (p["defense"] == defense) & (p["attack"] == attack)]
         return g.groupby("class")[metric].mean().to_numpy(float) if metric in g else np.array([])
 
+    def images(self, defense: str, attack: str, dataset: str | None = None,
+               architecture: str | None = None) -> pd.DataFrame:
+        """The per-image rows of every model of ``defense`` attacked by ``attack`` in this
+        cell (or in ``dataset`` / ``architecture``): all its seeds, as
+        :func:`atat.analysis.tables.main_results` pools them."""
+        p = self.per_image
+        if p is None or p.empty:
+            return pd.DataFrame()
+        return p[(p["dataset"] == (dataset or self.dataset))
+                 & (p["architecture"] == (architecture or self.architecture))
+                 & (p["defense"] == defense) & (p["attack"] == attack)]
+
     def test_accuracy(self, defense: str) -> tuple[float, int] | None:
         """(test accuracy, test images) of the grid's first-seed model of ``defense`` in this
         cell (summary columns test_acc, n_test); None where either is missing."""
@@ -567,12 +688,42 @@ def _lab(defense: str) -> str:
     return label(DEFENSE_LABELS, defense)
 
 
-def _rate_vs(inp: Inputs, a: str, b: str, attack: str) -> Estimate | None:
+def _rate_vs(inp: Inputs, a: str, b: str, attack: str, t: Test
+             ) -> tuple[Estimate | None, ClassPairs | None]:
+    """AttAcc@1 of ``attack``, defense ``a`` minus ``b`` in the cell, with the interval test
+    ``t`` names (:data:`RATE_INTERVALS`), and the two sides class by class (None where their
+    class sets differ under Newcombe; under the paired interval that stops with the error)."""
     ra, rb = inp.cell(a, attack), inp.cell(b, attack)
     if ra is None or rb is None:
-        return None
-    return rate_difference(ra["attacc1"], int(ra["n_images"]), rb["attacc1"],
-                           int(rb["n_images"]), inp.plan.alpha)
+        return None, None
+    names = (f"{inp.dataset}/{inp.architecture}/{a} ({attack})",
+             f"{inp.dataset}/{inp.architecture}/{b} ({attack})")
+    return _rate_estimate(inp, t, inp.images(a, attack), inp.images(b, attack), names,
+                          lambda: rate_difference(ra["attacc1"], int(ra["n_images"]),
+                                                  rb["attacc1"], int(rb["n_images"]),
+                                                  inp.plan.alpha))
+
+
+def _rate_estimate(inp: Inputs, t: Test, a: pd.DataFrame, b: pd.DataFrame,
+                   names: tuple[str, str], newcombe_estimate: Any
+                   ) -> tuple[Estimate | None, ClassPairs | None]:
+    """Dispatch on the plan's interval of an AttAcc@1 difference: ``newcombe_estimate()`` (the
+    pooled rates, as today) or :func:`paired_class_difference` of the per-image rows."""
+    if t.interval == PAIRED_CLASSES:
+        pairs = class_pairs(a, b, names)
+        return paired_class_difference(pairs, inp.plan.alpha), pairs
+    if t.interval != NEWCOMBE:   # load_plan admits no other
+        raise ValueError(f"{t.key}.interval: {t.interval!r} is not one of {RATE_INTERVALS}")
+    try:
+        pairs = class_pairs(a, b, names)
+    except ValueError:
+        pairs = None     # the power analysis then has no class structure to read
+    return newcombe_estimate(), pairs
+
+
+def _rate_name(t: Test) -> str:
+    """The basis column's short name of an AttAcc@1 difference's interval."""
+    return "paired t over classes" if t.interval == PAIRED_CLASSES else "Newcombe"
 
 
 def _hsic_batches(inp: Inputs, defense: str) -> np.ndarray | None:
@@ -610,14 +761,15 @@ def _hsic_claims(inp: Inputs, nodef: str) -> list[Claim]:
         c = Claim(f"hsic_{d}", "§3 (1), Table 1",
                   f"{_lab(d)} does not lower HSIC(X,Z) below NoDef's (while lowering PPA "
                   "AttAcc@1)", "not significantly lower (BiDO, TL-DMI, NegLS)")
-        att = _rate_vs(inp, d, nodef, "ppa")
-        premise = Part("PPA AttAcc@1 minus NoDef's", plan.premise("hsic"), att,
-                       "PPA of NoDef or the defense missing")
+        t_prem = plan.premise("hsic")
+        att, pairs = _rate_vs(inp, d, nodef, "ppa", t_prem)
+        premise = Part("PPA AttAcc@1 minus NoDef's", t_prem, att,
+                       "PPA of NoDef or the defense missing", pairs=pairs)
         ratio, why = _hsic_ratio(inp, d, nodef)
         part = Part("ln HSIC(X,Z) ratio to NoDef's", plan.test("hsic", "hsic"), ratio, why, 4)
         judge(c, plan, [part], premise)
-        c.basis = "Newcombe (premise); Welch t on the log ratio of mean per-batch HSIC " \
-                  "(mean over layers)"
+        c.basis = f"{_rate_name(t_prem)} (premise); Welch t on the log ratio of mean " \
+                  "per-batch HSIC (mean over layers)"
         out.append(c)
     return out
 
@@ -634,13 +786,15 @@ def _bido_star_claim(inp: Inputs, nodef: str) -> list[Claim]:
         return [c]
     plan = inp.plan
     ratio, why = _hsic_ratio(inp, star, "bido")
-    att = _rate_vs(inp, star, "bido", "ppa")
+    t_att = plan.test("hsic_bido_star", "attacc")
+    att, pairs = _rate_vs(inp, star, "bido", "ppa", t_att)
     judge(c, plan, [
         Part(f"ln HSIC(X,Z) ratio {_lab(star)} / BiDO", plan.test("hsic_bido_star", "hsic"),
              ratio, why, 4),
-        Part("PPA AttAcc@1 minus BiDO's", plan.test("hsic_bido_star", "attacc"), att,
-             "PPA of BiDO or BiDO** missing")])
-    c.basis = "Welch t on the HSIC log ratio, Newcombe on AttAcc@1; both parts must hold"
+        Part("PPA AttAcc@1 minus BiDO's", t_att, att, "PPA of BiDO or BiDO** missing",
+             pairs=pairs)])
+    c.basis = f"Welch t on the HSIC log ratio, {_rate_name(t_att)} on AttAcc@1; both parts " \
+              "must hold"
     return [c]
 
 
@@ -675,12 +829,12 @@ def _unseen_pixels_claim(inp: Inputs) -> list[Claim]:
                       "a model that never saw > 97% of the pixels is not more private (PPA "
                       "AttAcc@1) than NoDef of about its accuracy (early-stopped) beyond the "
                       "margin", "> 50% AttAcc@1; only marginally more private than NoDef-ES")
-            judge(c, inp.plan, [Part("PPA AttAcc@1 minus NoDef-ES's",
-                                     inp.plan.test("unseen_pixels"),
-                                     _rate_vs(inp, d, base, "ppa"),
-                                     "PPA of Unseen-Pixels or NoDef-ES missing")])
+            t = inp.plan.test("unseen_pixels")
+            att, pairs = _rate_vs(inp, d, base, "ppa", t)
+            judge(c, inp.plan, [Part("PPA AttAcc@1 minus NoDef-ES's", t, att,
+                                     "PPA of Unseen-Pixels or NoDef-ES missing", pairs=pairs)])
             _gated(c, ok, why)
-            c.basis = f"Newcombe; precondition {why}"
+            c.basis = f"{_rate_name(t)}; precondition {why}"
             out.append(c)
     return out
 
@@ -872,13 +1026,13 @@ def _atat_vs_baselines_in(inp: Inputs, suffix: str) -> list[Claim]:
             continue
         per, texts, mdes = [], [], {"AttAcc@1": [], "accuracy": []}
         for b, rb in baselines.items():
-            att = rate_difference(me["attacc1"], int(me["n_images"]), rb["attacc1"],
-                                  int(rb["n_images"]), plan.alpha)
+            att, pairs = _rate_vs(inp, atat, b, attack, t_att)
             acc_b = inp.test_accuracy(b)
             acc = (rate_difference(acc_me[0], acc_me[1], acc_b[0], acc_b[1], plan.alpha)
                    if acc_me and acc_b else None)
-            pa = Part("AttAcc@1", t_att, att)
-            pc = Part("acc.", t_acc, acc, "test accuracy or its n_test missing")
+            pa = Part(f"{_lab(b)} AttAcc@1", t_att, att, pairs=pairs)
+            pc = Part(f"{_lab(b)} acc.", t_acc, acc, "test accuracy or its n_test missing")
+            c.parts += [pa, pc]
             v = combine([pa.verdict(), pc.verdict()])
             per.append(v)
             texts.append(f"{_lab(b)} {v} (AttAcc@1 {att.fmt()}, acc. "
@@ -893,8 +1047,10 @@ def _atat_vs_baselines_in(inp: Inputs, suffix: str) -> list[Claim]:
                  + f"; beats {beaten} of {n} baselines; AT-AT minus: " + "; ".join(texts))
         c.mde = "; ".join(f"{k} {min(v):.3g}-{max(v):.3g}" for k, v in mdes.items() if v)
         _gated(c, ok, why)
-        c.basis = ("Newcombe per baseline (AttAcc@1 over attacked images; test accuracy over "
-                   f"the test images); every baseline must be beaten; precondition {why}")
+        att_basis = ("paired t over the target classes" if t_att.interval == PAIRED_CLASSES
+                     else "Newcombe over attacked images")
+        c.basis = (f"per baseline: AttAcc@1 {att_basis}; test accuracy Newcombe over the test "
+                   f"images; every baseline must be beaten; precondition {why}")
         out.append(c)
     return out
 
@@ -908,13 +1064,43 @@ def _dose_claim(inp: Inputs) -> list[Claim]:
     lo_row, hi_row = d.iloc[0], d.iloc[-1]
     c = Claim("dose_response", "beyond the paper (App. H's lambda)",
               f"{attack.upper()} AttAcc@1 falls as AT-AT's lambda grows", "(not in the paper)")
-    diff = rate_difference(hi_row[col], int(hi_row[ncol]), lo_row[col], int(lo_row[ncol]),
-                           inp.plan.alpha)
+    t = inp.plan.test("dose_response")
+    diff, pairs, why = _dose_difference(inp, t, lo_row, hi_row, attack)
     pts = ", ".join(f"{r['weight_adv']:g}: {r[col]:.2f}" for _, r in d.iterrows())
     judge(c, inp.plan, [Part(f"lambda {hi_row['weight_adv']:g} minus {lo_row['weight_adv']:g}",
-                             inp.plan.test("dose_response"), diff)], extra=[f"all: {pts}"])
-    c.basis = "Newcombe, the largest lambda against the smallest"
+                             t, diff, why, pairs=pairs)], extra=[f"all: {pts}"])
+    c.basis = f"{_rate_name(t)}, the largest lambda against the smallest"
     return [c]
+
+
+def _dose_difference(inp: Inputs, t: Test, lo_row: pd.Series, hi_row: pd.Series, attack: str
+                     ) -> tuple[Estimate | None, ClassPairs | None, str]:
+    """The dose-response's AttAcc@1 difference (largest lambda minus smallest). Newcombe reads
+    the table's rates; the paired interval needs both endpoints' per-image rows, which
+    results/inversion/per_image.csv holds for the grid's models only (a generated variant's
+    are not among the claims' inputs): without them the part is not testable, and says so."""
+    col, ncol = f"{attack}_attacc1", f"{attack}_n_images"
+    dr = inp.config["dose_response"]
+    dataset, arch = str(dr.get("dataset", inp.dataset)), str(dr.get("architecture",
+                                                                     inp.architecture))
+    defenses = [str(r["defense"]) if "defense" in r and pd.notna(r["defense"]) else None
+                for r in (hi_row, lo_row)]
+    rows = [inp.images(dfn, attack, dataset, arch) if dfn else pd.DataFrame()
+            for dfn in defenses]
+
+    def newcombe_estimate() -> Estimate:
+        return rate_difference(hi_row[col], int(hi_row[ncol]), lo_row[col], int(lo_row[ncol]),
+                               inp.plan.alpha)
+    if t.interval == PAIRED_CLASSES and any(r.empty for r in rows):
+        lam = [f"lambda {r['weight_adv']:g} ({dfn or 'no defense column'})"
+               for r, dfn, g in zip((hi_row, lo_row), defenses, rows) if g.empty]
+        return None, None, ("the paired interval needs per-image rows, and "
+                            "results/inversion/per_image.csv has none of " + ", ".join(lam))
+    if any(r.empty for r in rows):
+        return newcombe_estimate(), None, ""
+    names = tuple(f"{dataset}/{arch}/{dfn} ({attack})" for dfn in defenses)
+    est, pairs = _rate_estimate(inp, t, rows[0], rows[1], names, newcombe_estimate)
+    return est, pairs, ""
 
 
 def build_claims(inp: Inputs) -> pd.DataFrame:
