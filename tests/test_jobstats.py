@@ -44,3 +44,17 @@ def test_collect_sums_per_rule_and_skips_attempt_logs(tmp_path):
     assert table.splitlines()[1].startswith("train_model") and "total" in table
     assert jobstats.main([str(tmp_path)]) == 0
     assert jobstats.main([str(tmp_path / "none")]) == 1
+
+
+def test_the_per_rule_table_as_csv_is_what_the_forecast_reads(tmp_path):
+    from atat.lab.forecast import read_measured
+
+    line = "job resources: rule={} cpu_s={} user_s=0.0 sys_s=0.0 wall_s={} max_rss_mb={} threads=1"
+    (tmp_path / "logs").mkdir()
+    (tmp_path / "logs" / "a.log").write_text(line.format("invert", 30.5, 40, 900))
+    (tmp_path / "logs" / "b.log").write_text(line.format("autoattack", 12.5, 13, 800))
+    (tmp_path / "logs" / "c.log").write_text(line.format("invert", 10.0, 11, 700))
+    out = tmp_path / "jobstats.csv"
+    assert jobstats.main([str(tmp_path / "logs"), "--csv", str(out)]) == 0
+    assert out.read_text().splitlines()[0] == "rule,jobs,cpu_s,job_wall_s,max_rss_mb"
+    assert read_measured(out) == {"invert": (2, 40.5), "autoattack": (1, 12.5)}

@@ -54,16 +54,37 @@ def format_table(stats: dict[str, dict[str, float]]) -> str:
     return "\n".join(lines)
 
 
+#: columns of :func:`write_csv` (what ``python -m atat.lab.forecast --measured`` reads)
+CSV_FIELDS = ("rule", "jobs", "cpu_s", "job_wall_s", "max_rss_mb")
+
+
+def write_csv(stats: dict[str, dict[str, float]], path: str | Path) -> None:
+    """The per-rule table as CSV (atomically), by CPU seconds: the measured side of
+    ``python -m atat.lab.forecast --measured``."""
+    from atat.base import io
+
+    rows = sorted(stats.items(), key=lambda kv: -kv[1]["cpu_s"])
+    io.write_csv_rows(path, list(CSV_FIELDS), (
+        {"rule": rule, "jobs": int(r["jobs"]), "cpu_s": f"{r['cpu_s']:.1f}",
+         "job_wall_s": f"{r['wall_s']:.1f}", "max_rss_mb": int(r["max_rss_mb"])}
+        for rule, r in rows))
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m atat.lab.jobstats",
                                  description="CPU time per rule from the jobs' logs")
     ap.add_argument("logs", nargs="?", default="logs", help="the workflow's log folder")
+    ap.add_argument("--csv", help="also write the per-rule table as CSV here (the measured "
+                                  "side of python -m atat.lab.forecast --measured)")
     args = ap.parse_args(argv)
     stats = collect(sorted(Path(args.logs).rglob("*.log")))
     if not stats:
         print(f"no 'job resources' lines under {args.logs}", file=sys.stderr)
         return 1
     print(format_table(stats))
+    if args.csv:
+        write_csv(stats, args.csv)
+        print(f"written: {args.csv}")
     return 0
 
 
