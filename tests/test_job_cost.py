@@ -77,8 +77,12 @@ def test_autoattack_standard_work_per_image():
                              autoattack=dict(n_examples=2, version="standard",
                                              attacks=["apgd-ce", "apgd-t", "fab-t", "square"]))
     fb, fwd = job.passes
-    assert fb.count == 2 * (100 + 900 + 900)
-    assert fwd.count == 2 * (900 + 5000 + 1)
+    # pyautoattack's passes, every image correct and none broken: APGD n_iter + 1 (the initial
+    # gradient) per run, FAB n_iter; per attack a clean pass, its first forward and the check
+    # of its result, APGD-T one forward per target, FAB n_iter + 3 per target, Square two per
+    # restart; per epsilon the class count, the clean accuracy and the 7 check forwards
+    assert fb.count == 2 * (101 + 9 * 101 + 9 * 100)
+    assert fwd.count == 1 + 2 + 7 * 2 + 2 * (4 * 3 + 9 + 9 * 103 + 2 + 5000)
     assert fb.precision == "fp32"
 
 
@@ -263,7 +267,8 @@ def test_bench_gpu_measurements_replace_the_estimated_rates(tmp_path, paper):
     assert "NVIDIA H100" in rates.name and "AutoAttack" in rates.name
     assert rates.flops["tf32"] == pytest.approx(100 * 11.5116e9 * 6)   # the quick row ignored
     assert rates.flops["tf32/generator"] == pytest.approx(50 * (75.3852 + 11.5116) * 1e9 * 6)
-    per_image = (1900 * 3 + 5901) * 11.5116e9 * 2    # standard AutoAttack, 530 classes
+    # standard AutoAttack, 530 classes, 1,024 examples in batches of 128 (the upper bound)
+    per_image = (1910 * 3 + 5950 + (1 + 1024 + 7 * 128) / 1024) * 11.5116e9 * 2
     assert rates.flops["fp32"] == pytest.approx(2 * per_image)
     # generator passes use the generator's rate, the target's passes the classifier's
     g = jc.Pass(jc.stylegan_key(1024), 1024, "fb", 1, "tf32")
@@ -297,10 +302,11 @@ def test_ppdg_rounds_search_select_and_tune_as_the_attack_does():
 def test_demo_cpu_forecast_against_the_measured_run():
     """The demo's DAG with the committed calibration against the run of be69179: the job
     counts per rule agree, and the rules holding most of the work stay within ±30%
-    (docs/forecast.md; the small rules' misses are explained there)."""
+    (docs/forecast.md; the small rules' misses are explained there). That run had the dog
+    breeds, an opt-in overlay since 2026-12-06: the DAG is the demo's with that overlay."""
     from atat.lab import forecast as fc
 
-    jobs, config = fc.dag_jobs([DEMO])
+    jobs, config = fc.dag_jobs([DEMO, ROOT / "config" / "overlays" / "demo-dogs.yaml"])
     cpu = fc.read_cpu_rates(ROOT / "tests" / "data" / "forecast_cpu_2026-12-06.csv")
     rows = fc.forecast(jobs, config, gpu=None, cpu=cpu)
     cmp = {c["rule"]: c for c in fc.compare(
@@ -309,3 +315,235 @@ def test_demo_cpu_forecast_against_the_measured_run():
     for rule in ("invert", "train_generator", "train_model", "train_evaluation_model"):
         assert cmp[rule]["within"], (rule, cmp[rule]["ratio"])
     assert cmp["autoattack"]["ratio"] > 1      # the upper bound
+
+
+# ---- AutoAttack's expected work, prior_quality's terms, the fixed part (issue 43) ----------
+
+DEMO_AA = dict(n_examples=64, batch_size=64, version="custom",
+               attacks=["apgd-ce", "apgd-t", "fab-t", "square"],
+               settings=dict(apgd=dict(n_iter=5, n_restarts=1),
+                             apgd_t=dict(n_iter=5, n_target_classes=2, n_restarts=1),
+                             fab=dict(n_iter=5, n_target_classes=2, n_restarts=1),
+                             square=dict(n_queries=50, p_init=0.8)))
+
+
+def _aa_record(clean, robust):
+    return {"clean_accuracy": clean,
+            "per_attack": {a: {"robust_accuracy": robust[a]} for a in robust}}
+
+
+def test_autoattack_expected_work_follows_the_images_the_attacks_see():
+    up_fb, up_fwd = jc.autoattack_work(DEMO_AA, n_classes=20)
+    fixed = 1 + 64 + 7 * 64 + 4 * 64          # per epsilon and per attack clean passes
+    assert up_fb == 64 * (6 + 2 * 6 + 2 * 5)
+    assert up_fwd == fixed + 64 * (4 * 2 + 2 + 2 * 8 + 2 + 50)
+    # half the images classified correctly; APGD-CE breaks all of them, the others some
+    rec = _aa_record(0.5, {"apgd-ce": 0.0, "apgd-t": 0.125, "fab-t": 0.5, "square": 0.25})
+    est = jc.autoattack_work(DEMO_AA, n_classes=20, record=rec)
+    low = jc.autoattack_work(DEMO_AA, n_classes=20, record=rec, survival="low")
+    high = jc.autoattack_work(DEMO_AA, n_classes=20, record=rec, survival="high")
+    # every attack runs from the clean inputs on the 32 correct images; within APGD-T the
+    # second target sees between 8 (the attack's final count) and 32 images
+    assert high[0] == 32 * (6 + 2 * 6 + 2 * 5)
+    assert low[0] == 32 * 6 + (32 + 8) * 6 + 2 * 32 * 5     # FAB-T breaks nothing: 2 x 32
+    assert est[0] == pytest.approx(32 * 6 + (32 + 16) * 6 + 2 * 32 * 5)   # sqrt(32 x 8)
+    assert low[1] <= est[1] <= high[1] < up_fwd and low[0] <= est[0] <= high[0] < up_fb
+    assert low[1] == fixed + 4 * 2 * 32 + (32 + 8) + 2 * 32 * 8 + 2 * 32 + 32 + 49 * 16
+    # no image classified correctly: the library skips every attack
+    none = jc.autoattack_work(DEMO_AA, n_classes=20, record=_aa_record(
+        0.0, dict.fromkeys(DEMO_AA["attacks"], 0.0)))
+    assert none == (0.0, fixed)
+    with pytest.raises(ValueError, match="without attack 'apgd-t'"):
+        jc.autoattack_work(DEMO_AA, n_classes=20, record=_aa_record(0.5, {"apgd-ce": 0.0}))
+
+
+def test_the_runtime_request_keeps_the_upper_bound(demo):
+    wc = dict(dataset="synthfaces", arch="resnet18", defense="nodef", seed="0")
+    n_eps = len(demo["autoattack"]["epsilons"])
+    upper = jc.job_cost_for("autoattack", wc, demo)
+    rec = _aa_record(0.5, dict.fromkeys(demo["autoattack"]["attacks"], 0.0))
+    expected = jc.job_cost_for("autoattack", wc, demo, autoattack_records=[rec] * n_eps)
+    assert sum(p.count for p in expected.passes) < 0.6 * sum(p.count for p in upper.passes)
+    with pytest.raises(ValueError, match="records"):
+        jc.job_cost_for("autoattack", wc, demo, autoattack_records=[rec])
+
+
+def test_forecast_reads_a_finished_run_s_autoattack_records(tmp_path, demo):
+    import json
+
+    from atat.lab import forecast as fc
+
+    cpu = jc.CpuRates({"resnet18@32/fb": 0.004, "resnet18@32/fwd": 0.001}, job_overhead_s=4.0)
+    wcs = [dict(dataset="synthfaces", arch="resnet18", defense=d, seed="0")
+           for d in ("nodef", "atat")]
+    jobs = [("autoattack", wc, None) for wc in wcs]
+    folder = tmp_path / "results" / "robustness" / "synthfaces" / "resnet18" / "nodef" / "seed0"
+    folder.mkdir(parents=True)
+    rec = _aa_record(0.5, dict.fromkeys(demo["autoattack"]["attacks"], 0.0))
+    for eps in demo["autoattack"]["epsilons"]:
+        (folder / f"eps{float(eps):g}.json").write_text(json.dumps(rec))
+    n_eps = len(demo["autoattack"]["epsilons"])
+    assert fc.autoattack_records(tmp_path, wcs[0], demo) == [rec] * n_eps
+    assert fc.autoattack_records(tmp_path, wcs[1], demo) is None
+    row = fc.forecast(jobs, demo, gpu=None, cpu=cpu, run_dir=tmp_path)[0]
+    plain = fc.forecast(jobs, demo, gpu=None, cpu=cpu)[0]
+    assert row.hours == plain.hours and plain.expected_hours is None   # the upper bound stays
+    assert row.expected_jobs == 1
+    one_upper = cpu.seconds(jc.job_cost_for("autoattack", wcs[1], demo)) / 3600
+    one_expected = cpu.seconds(jc.job_cost_for("autoattack", wcs[0], demo,
+                                               autoattack_records=[rec] * n_eps)) / 3600
+    assert row.expected_hours["estimate"] == pytest.approx(one_upper + one_expected)
+    cmp = fc.compare([row], {"autoattack": (2, row.expected_hours["estimate"] * 3600)})
+    assert cmp[0]["ratio"] == pytest.approx(1.0) and cmp[0]["within"]
+    assert cmp[0]["upper_cpu_s"] == pytest.approx(row.hours * 3600)
+    text = fc.format_compare(cmp)
+    assert "1 of 1 rules with >= 10 measured CPU-s within ±30%" in text
+    assert "records of 1 of 2 jobs" in text and "bounds" in text
+    bound = fc.format_compare(fc.compare([plain], {"autoattack": (2, 1e4)}))
+    assert "autoattack: upper bound (no --run" in bound and "| = |" in bound
+
+
+def test_prior_quality_counts_its_reads_forwards_and_knn_distances(demo):
+    from atat.inversion.evaluation import FACE_HOLDOUT_FRACTION
+
+    assert jc.PUBLIC_HOLDOUT_FRACTION == FACE_HOLDOUT_FRACTION
+    job = jc.job_cost_for("prior_quality", {"generator": "synthfaces_public"}, demo)
+    by = {p.network: p for p in job.passes}
+    s, c = 1000, 5                            # the config's samples and classifiers
+    p, h = 800, 40 * 2                        # the public pool; 10% of each identity's 20
+    r = p - h
+    assert by["read"].count == p and (by["read"].resolution, by["read"].kind) == (32, "image")
+    assert by["resnet18"].count == c * (2 * (2 * s + h) + r)
+    assert by["stylegan2/512/32@32"].count == c * s       # drawn again for each classifier
+    assert by["knn"].kind == "pair" and by["knn"].resolution == 512
+    assert by["knn"].count == c * (6 * r * r + (2 * s + h) * r + 6 * h * r + 3 * h * h)
+
+
+def test_knn_pairs_and_forwards_are_what_the_measurement_computes(monkeypatch):
+    """Counted on atat.inversion.prior_quality.measure itself with small fakes."""
+    import torch
+    from torch import nn
+
+    from atat.inversion import prior_quality as pq
+
+    gen = torch.Generator().manual_seed(0)
+    real = torch.rand(40, 3, 8, 8, generator=gen) * 2 - 1
+    held = [i for i in range(40) if i % 10 < 2]
+    seen = {"pairs": 0, "forwards": 0, "renders": 0}
+    cdist = torch.cdist
+
+    def counting_cdist(a, b, **kw):
+        seen["pairs"] += a.shape[0] * b.shape[0]
+        return cdist(a, b, **kw)
+
+    class Classifier(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = nn.Linear(3 * 8 * 8, 4)
+
+        def forward(self, x):
+            seen["forwards"] += len(x)
+            return self.lin(x.flatten(1))
+
+    def embed(x):
+        seen["forwards"] += len(x)
+        return nn.functional.normalize(x.flatten(1), dim=1)
+
+    class Prior(nn.Module):
+        z_dim = 4
+
+        def mapping(self, z, c, truncation_psi=1.0):
+            return z[:, None]
+
+        def synthesis(self, ws, noise_mode="const", force_fp32=True):
+            seen["renders"] += len(ws)
+            return torch.tanh(ws[:, 0, :3, None, None].expand(-1, 3, 8, 8))
+
+    monkeypatch.setattr(torch, "cdist", counting_cdist)
+    pq.measure(Prior(), Classifier(), embed, real, held, samples=30, k=3, confidence=0.5, seed=0)
+    job = jc.prior_quality_cost("x", generator="g", generator_resolution=8, resolution=8,
+                                samples=30, classifier="c", n_classifiers=1, n_public=40,
+                                n_heldout=len(held), feature_dim=192)
+    by = {p.network: p.count for p in job.passes}
+    assert seen["pairs"] == by["knn"] == jc.knn_pairs(32, 30, 8)
+    assert seen["forwards"] == by["c"] + 1            # + one image to count the classes
+    assert seen["renders"] == by["g"] == 30
+
+
+def test_feature_widths_are_the_architectures():
+    from atat.training.models import build_model
+
+    for arch in ("resnet18", "resnet10", "densenet47"):
+        assert build_model(arch, 3).feature_dim == jc.FEATURE_DIM[arch], arch
+
+
+def test_the_calibration_times_reads_and_knn_pairs_per_unit(demo):
+    from atat.lab import forecast as fc
+
+    calls = []
+
+    def fake_timer(fn, repeats):   # runs the work once, "takes" 2 CPU-s
+        calls.append(fn())
+        return 2.0
+
+    assert fc.time_image_reads(8, n=4, timer=fake_timer) == pytest.approx(2.0 / 4)
+    assert fc.time_knn_pairs(16, n=10, timer=fake_timer) == pytest.approx(2.0 / 200)
+    assert len(calls) == 2 and 0.0 <= calls[1] <= 1.0    # manifold_coverage ran
+    need = fc.needed_units([("prior_quality", {"generator": "synthfaces_public"}, None)], demo)
+    assert ("read", 32, "image") in need and ("knn", 512, "pair") in need
+
+
+def test_the_fixed_part_is_the_median_of_fresh_runs_read_from_their_exit_line():
+    from atat.lab import forecast as fc
+
+    code = fc.import_code(["snakemake.script", "torch", "atat.base.io", "numpy"])
+    lines = code.splitlines()
+    assert lines[:2] == ["import snakemake.script", "import torch"]
+    assert lines[3] == "log_resources_at_exit('calibrate', 1)" and lines[-1] == "import numpy"
+    line = ("job resources: rule=calibrate cpu_s={} user_s=0.0 sys_s=0.0 wall_s=1.0 "
+            "max_rss_mb=1 threads=1\n")
+    outputs = iter([9.0, 5.0, 3.0, 4.0])     # the first run (caches) is not counted
+    runs = []
+
+    def fake_run(src):
+        runs.append(src)
+        return line.format(next(outputs))
+
+    assert fc.fresh_import_cpu(["json"], repeats=1, run=fake_run) == 4.0
+    assert len(runs) == 4 and runs[0] == fc.import_code(["json"])
+    # one real child: its exit line is found (getrusage at exit, as a job's)
+    assert 0.0 <= fc.fresh_import_cpu(["json"]) < 30
+
+
+def test_a_calibration_without_a_unit_names_it_instead_of_stopping(demo):
+    from atat.lab import forecast as fc
+
+    cpu = jc.CpuRates({"resnet18@32/fwd": 0.001, "stylegan2/512/32@32@32/fwd": 0.001},
+                      job_overhead_s=4.0)
+    rows = fc.forecast([("prior_quality", {"generator": "synthfaces_public"}, None),
+                        ("table4", {}, None)], demo, gpu=None, cpu=cpu)
+    by = {r.rule: r for r in rows}
+    assert by["prior_quality"].uncalibrated == ("knn@512/pair", "read@32/image")
+    assert by["prior_quality"].hours != by["prior_quality"].hours       # NaN
+    text = fc.format_table(rows, max_runtime_min=None, n_gpus=1, device="test")
+    assert "calibration lacks knn@512/pair, read@32/image" in text
+
+
+def test_the_fixed_part_imports_what_the_called_functions_import_when_they_run(tmp_path):
+    from atat.lab.forecast import lazy_imports, rule_scripts, script_modules
+
+    pkg = tmp_path / "atat" / "fake"
+    pkg.mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "mod.py").write_text(
+        "import json\n\n"
+        "def entry():\n    helper()\n\n"
+        "def helper():\n    import heavy_lib\n    from .sibling import x\n\n"
+        "def unused():\n    import other_lib\n")
+    assert lazy_imports("atat.fake.mod", ["entry"], src=tmp_path) == [
+        "heavy_lib", "atat.fake.sibling"]
+    assert lazy_imports("numpy", ["array"], src=tmp_path) == []
+    scripts = rule_scripts()
+    assert "pyautoattack" in script_modules(scripts["autoattack"])
+    pq = script_modules(scripts["prior_quality"])
+    assert {"atat.inversion.evaluation", "atat.inversion.stylegan2", "atat.data.loading"} <= set(pq)

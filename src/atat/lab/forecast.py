@@ -14,6 +14,9 @@ images/s, PPA images x steps/s at the paper's shapes); on the CPU the per-networ
     python -m atat.lab.forecast [--configfile FILE ...] [--profile profiles/slurm] [--gpus N]
     python -m atat.lab.forecast --configfile config/demo.yaml --device cpu \
         --measured tests/data/demo_jobstats_be69179.csv     # forecast vs a measured run
+    python -m atat.lab.forecast --configfile config/demo.yaml --device cpu \
+        --measured jobstats.csv --run RUN_DIR   # + AutoAttack's expected work from RUN_DIR's
+                                                #   records (results/robustness/...)
     python -m atat.lab.forecast calibrate                   # CPU rates of the demo's jobs
 """
 
@@ -22,6 +25,7 @@ from __future__ import annotations
 import argparse
 import csv
 import dataclasses
+import json
 import math
 import os
 import platform
@@ -35,8 +39,9 @@ from typing import Any, Callable, Mapping, Sequence
 
 import yaml
 
-from atat.plan.job_cost import (GMAC, CpuRates, GpuRates, JobCost, Pass, job_cost_for,
-                           runtime_request_min, stylegan_key)
+from atat.plan.job_cost import (AA_SURVIVAL, GMAC, CpuRates, GpuRates, JobCost, Pass,
+                                autoattack_epsilons, job_cost_for, runtime_request_min,
+                                stylegan_key)
 
 ROOT = Path(__file__).resolve().parents[3]
 CPU_CSV = ROOT / "results" / "bench" / "forecast_cpu.csv"
@@ -127,12 +132,12 @@ def gpu_rates(path: Path = GPU_CSV, config: Mapping[str, Any] | None = None) -> 
             flops["tf32/generator"] = v * per
             found.append("PPA")
         if r["component"] == "autoattack" and r["variant"].startswith("eps"):
+            n_aa = int(config["autoattack"]["n_examples"])
             job = autoattack_cost("bench", architecture="resnet152", resolution=224,
-                                  n_classes=530, autoattack={**config["autoattack"],
-                                                             "n_examples": 1})
+                                  n_classes=530, autoattack=config["autoattack"])
             per_image = sum(p.count * GMAC["resnet152"][0] * 1e9 * 2 * (3 if p.kind == "fb"
                                                                          else 1)
-                            for p in job.passes)
+                            for p in job.passes) / n_aa
             aa.append(v * per_image)
     if aa:
         flops["fp32"] = statistics.median(aa)
@@ -155,25 +160,72 @@ class RuleRow:
     longest_job: str
     longest_s: float
     longest_request_min: int
+    #: the work expected where a finished run's records tell (AutoAttack: the images its
+    #: models classify correctly and the attacks leave robust), by within-attack survival
+    #: (estimate, low, high; atat.plan.job_cost.AA_SURVIVAL), device-hours; None: the rule's
+    #: forecast is its expected work
+    expected_hours: dict[str, float] | None = None
+    #: jobs whose expected work came from records (the others count their upper bound)
+    expected_jobs: int = 0
+    #: CPU units the calibration lacks (the rule's CPU time is then not estimated)
+    uncalibrated: tuple[str, ...] = ()
+
+
+def autoattack_records(run_dir: str | Path, wc: Mapping[str, str], config: Mapping[str, Any]
+                       ) -> list[dict[str, Any]] | None:
+    """The AutoAttack records of one job of rule autoattack in the finished run ``run_dir``
+    (``results/robustness/<dataset>/<arch>/<defense>/seed<seed>/eps<eps>.json``, one per
+    epsilon of the job), or None where any is missing."""
+    from atat.plan.config import eps_tag
+
+    base = (Path(run_dir) / "results" / "robustness" / wc["dataset"] / wc["arch"]
+            / wc["defense"] / f"seed{wc['seed']}")
+    out = []
+    for eps in autoattack_epsilons(wc, config):
+        path = base / f"eps{eps_tag(eps)}.json"
+        if not path.is_file():
+            return None
+        with open(path) as fh:
+            out.append(json.load(fh))
+    return out
 
 
 def forecast(jobs: Sequence[tuple[str, Mapping[str, str], int | None]], config: Mapping[str, Any],
-             *, gpu: GpuRates | None, cpu: CpuRates | None) -> list[RuleRow]:
+             *, gpu: GpuRates | None, cpu: CpuRates | None,
+             run_dir: str | Path | None = None) -> list[RuleRow]:
     """Per-rule rows. ``gpu`` None: every job on the CPU (the demo); else GPU rules on ``gpu``
-    and the others' CPU time from ``cpu`` when given (else only counted)."""
+    and the others' CPU time from ``cpu`` when given (else only counted). ``run_dir``: a
+    finished run whose AutoAttack records give each autoattack job's expected work
+    (:func:`autoattack_records`; ``hours`` stays the upper bound the runtime request uses)."""
     by_rule: dict[str, list[tuple[JobCost, float]]] = defaultdict(list)
-    for rule, wc, mem in jobs:
-        job = job_cost_for(rule, wc, config, gpu_mem_mb=mem)
+    expected: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
+    expected_jobs: dict[str, int] = defaultdict(int)
+    uncalibrated: dict[str, set[str]] = defaultdict(set)
+
+    def seconds(job: JobCost) -> float:
         if gpu is not None and job.gpu:
             try:
-                sec = gpu.seconds(job)
+                return gpu.seconds(job)
             except ValueError:   # no GPU model of its work (train_generator's steps)
-                sec = float("nan")
-        elif cpu is not None:
-            sec = cpu.seconds(job)
-        else:
-            sec = float("nan")
+                return float("nan")
+        if cpu is None:
+            return float("nan")
+        missing = {f"{p.network}@{p.resolution}/{p.kind}" for p in job.passes} - set(cpu.per_unit)
+        if missing:   # a calibration older than the unit: not estimated, named in the table
+            uncalibrated[job.rule].update(missing)
+            return float("nan")
+        return cpu.seconds(job)
+
+    for rule, wc, mem in jobs:
+        job = job_cost_for(rule, wc, config, gpu_mem_mb=mem)
+        sec = seconds(job)
         by_rule[rule].append((job, sec))
+        if rule == "autoattack" and run_dir is not None:
+            records = autoattack_records(run_dir, wc, config)
+            for survival in AA_SURVIVAL:
+                expected[rule][survival] += (sec if records is None else seconds(job_cost_for(
+                    rule, wc, config, autoattack_records=records, survival=survival))) / 3600
+            expected_jobs[rule] += records is not None
     rows = []
     for rule, items in by_rule.items():
         longest = max(items, key=lambda x: (x[1] if not math.isnan(x[1]) else -1))
@@ -181,7 +233,9 @@ def forecast(jobs: Sequence[tuple[str, Mapping[str, str], int | None]], config: 
         on_gpu = gpu is not None and items[0][0].gpu
         rows.append(RuleRow(rule, len(items), sum(s for _, s in items) / 3600, on_gpu,
                             max(mems) if mems and on_gpu else None, longest[0].name, longest[1],
-                            runtime_request_min(longest[1]) if not math.isnan(longest[1]) else 0))
+                            runtime_request_min(longest[1]) if not math.isnan(longest[1]) else 0,
+                            dict(expected[rule]) if rule in expected else None,
+                            expected_jobs.get(rule, 0), tuple(sorted(uncalibrated.get(rule, ())))))
     rows.sort(key=lambda r: -(r.hours if not math.isnan(r.hours) else -1))
     return rows
 
@@ -226,6 +280,11 @@ def format_table(rows: Sequence[RuleRow], *, max_runtime_min: int | None, n_gpus
     if unmodelled:
         gpu_text += f" (without {', '.join(unmodelled)}: no GPU model of its work)"
     out.append(f"{'total':28s} {sum(r.jobs for r in rows):5d}   {gpu_text}{cpu_text}")
+    missing = sorted({u for r in rows for u in r.uncalibrated})
+    if missing:
+        out.append(f"not estimated ({', '.join(r.rule for r in rows if r.uncalibrated)}): "
+                   f"the calibration lacks {', '.join(missing)} (python -m atat.lab.forecast "
+                   f"calibrate times them)")
     if gpu_h:
         out.append(f"campaign on {n_gpus} GPUs: >= {max(gpu_h / n_gpus, longest):,.1f} h wall "
                    f"(GPU-hours / N, or the longest job; queueing and the DAG's order not "
@@ -255,30 +314,70 @@ def read_measured(path: str | Path) -> dict[str, tuple[int, float]]:
             line for line in fh if not line.startswith("#"))}
 
 
+#: rules whose forecast is an upper bound and whose expected work a finished run's records
+#: give (``--run``)
+EXPECTED_FROM_RUN = ("autoattack",)
+
+
 def compare(rows: Sequence[RuleRow], measured: Mapping[str, tuple[int, float]], *,
             min_cpu_s: float = 10.0, tolerance: float = 0.30) -> list[dict[str, Any]]:
-    """Forecast vs measured CPU-s per rule (rules with >= ``min_cpu_s`` measured)."""
+    """Forecast vs measured CPU-s per rule (rules with >= ``min_cpu_s`` measured). The
+    forecast compared is the expected work where the row has one (``expected_hours``:
+    AutoAttack with ``--run``), else the row's forecast; ``upper_cpu_s`` is the upper bound
+    where the two differ."""
     fc = {r.rule: r for r in rows}
     out = []
     for rule, (jobs, cpu_s) in sorted(measured.items(), key=lambda x: -x[1][1]):
         if cpu_s < min_cpu_s:
             continue
         r = fc.get(rule)
-        f = r.hours * 3600 if r else float("nan")
+        upper = r.hours * 3600 if r else float("nan")
+        exp = r.expected_hours if r else None
+        f = exp["estimate"] * 3600 if exp else upper
         ratio = f / cpu_s if cpu_s else float("nan")
+        if exp:
+            basis = (f"expected from the records of {r.expected_jobs} of {r.jobs} jobs"
+                     + (" (the others: upper bound)" if r.expected_jobs < r.jobs else ""))
+        elif rule in EXPECTED_FROM_RUN:
+            basis = "upper bound (no --run: every image classified correctly, none broken)"
+        else:
+            basis = ""
         out.append(dict(rule=rule, jobs_measured=jobs, jobs_forecast=r.jobs if r else 0,
-                        measured_cpu_s=cpu_s, forecast_cpu_s=f, ratio=ratio,
-                        within=abs(ratio - 1) <= tolerance))
+                        measured_cpu_s=cpu_s, forecast_cpu_s=f,
+                        upper_cpu_s=upper if exp else None,
+                        expected_low_cpu_s=exp["low"] * 3600 if exp else None,
+                        expected_high_cpu_s=exp["high"] * 3600 if exp else None,
+                        basis=basis, ratio=ratio, within=abs(ratio - 1) <= tolerance))
     return out
 
 
-def format_compare(rows: Sequence[Mapping[str, Any]]) -> str:
-    out = ["| rule | jobs (run / DAG) | measured CPU-s | forecast CPU-s | forecast / measured | "
-           "within ±30% |", "|---|---|---|---|---|---|"]
+def format_compare(rows: Sequence[Mapping[str, Any]], *, min_cpu_s: float = 10.0,
+                   tolerance: float = 0.30) -> str:
+    """The comparison as a Markdown table, the count of rules within the tolerance and how
+    each upper-bound rule was counted."""
+    pct = f"±{tolerance * 100:.0f}%"
+    out = [f"| rule | jobs (run / DAG) | measured CPU-s | forecast CPU-s | upper bound CPU-s | "
+           f"forecast / measured | within {pct} |", "|---|---|---|---|---|---|---|"]
     for r in rows:
+        upper = f"{r['upper_cpu_s']:,.0f}" if r.get("upper_cpu_s") is not None else "="
         out.append(f"| {r['rule']} | {r['jobs_measured']} / {r['jobs_forecast']} | "
-                   f"{r['measured_cpu_s']:,.0f} | {r['forecast_cpu_s']:,.0f} | {r['ratio']:.2f} | "
-                   f"{'yes' if r['within'] else 'no'} |")
+                   f"{r['measured_cpu_s']:,.0f} | {r['forecast_cpu_s']:,.0f} | {upper} | "
+                   f"{r['ratio']:.2f} | {'yes' if r['within'] else 'no'} |")
+    within = sum(1 for r in rows if r["within"])
+    out.append("")
+    out.append(f"{within} of {len(rows)} rules with >= {min_cpu_s:g} measured CPU-s within "
+               f"{pct} (forecast CPU-s: the expected work where shown, else the forecast; "
+               f"'=' the upper bound is the forecast)")
+    for r in rows:
+        if r.get("basis"):
+            line = f"{r['rule']}: {r['basis']}"
+            if r.get("expected_low_cpu_s") is not None:
+                line += (f"; images left within an attack (later targets, restarts, queries): "
+                         f"geometric {r['forecast_cpu_s']:,.0f} CPU-s, bounds "
+                         f"{r['expected_low_cpu_s']:,.0f}-{r['expected_high_cpu_s']:,.0f} "
+                         f"(ratio {r['expected_low_cpu_s'] / r['measured_cpu_s']:.2f}-"
+                         f"{r['expected_high_cpu_s'] / r['measured_cpu_s']:.2f})")
+            out.append(line)
     return "\n".join(out)
 
 
@@ -295,6 +394,51 @@ def _cpu_time(fn: Callable[[], Any], repeats: int = 3) -> float:
         fn()
         times.append(time.process_time() - t0)
     return statistics.median(times)
+
+
+def time_image_reads(resolution: int, n: int = 64, repeats: int = 3,
+                     timer: Callable[[Callable[[], Any], int], float] | None = None) -> float:
+    """CPU seconds per image of reading a dataset's PNG and transforming it at
+    ``resolution`` as the evaluation loaders do (atat.data.loading.build_transform, no
+    augmentation): ``n`` random RGB images written at ``resolution`` to a temporary folder,
+    each opened, decoded and transformed. ``timer``: (fn, repeats) -> CPU seconds (tests)."""
+    import numpy as np
+    from PIL import Image
+
+    from atat.data.loading import build_transform
+
+    transform = build_transform(int(resolution), train=False)
+    rng = np.random.default_rng(0)
+    with tempfile.TemporaryDirectory(prefix="atat-calibrate-") as tmp:
+        paths = []
+        for i in range(n):
+            path = Path(tmp) / f"{i}.png"
+            Image.fromarray(rng.integers(0, 256, (resolution, resolution, 3), dtype=np.uint8)
+                            ).save(path)
+            paths.append(path)
+
+        def read() -> None:
+            for path in paths:
+                with Image.open(path) as im:
+                    transform(im.convert("RGB"))
+
+        return (timer or _cpu_time)(read, repeats) / n
+
+
+def time_knn_pairs(dim: int, n: int = 400, k: int = 3, repeats: int = 3,
+                   timer: Callable[[Callable[[], Any], int], float] | None = None) -> float:
+    """CPU seconds per pairwise distance of rule prior_quality's k-NN statistics at feature
+    width ``dim``: atat.inversion.prior_quality.manifold_coverage of ``n`` random unit-norm
+    queries against ``n`` reference points (the reference's k-NN radii, n^2 pairs, then the
+    queries against it, n^2 more), one thread."""
+    import torch
+
+    from atat.inversion.prior_quality import manifold_coverage
+
+    gen = torch.Generator().manual_seed(0)
+    ref = torch.nn.functional.normalize(torch.randn(n, int(dim), generator=gen), dim=1)
+    q = torch.nn.functional.normalize(torch.randn(n, int(dim), generator=gen), dim=1)
+    return (timer or _cpu_time)(lambda: manifold_coverage(q, ref, k), repeats) / (2 * n * n)
 
 
 def needed_units(jobs: Sequence[tuple[str, Mapping[str, str], int | None]],
@@ -378,6 +522,10 @@ def calibrate_units(config: Mapping[str, Any], needed: set[tuple[str, int, str]]
                     G.synthesis(w.detach())
 
             units[key] = _cpu_time(gfb if kind == "fb" else gfwd, repeats) / n
+        elif network == "read" and kind == "image":
+            units[key] = time_image_reads(r, repeats=repeats)
+        elif network == "knn" and kind == "pair":
+            units[key] = time_knn_pairs(r, repeats=repeats)
         elif network == "inception_v3":
             ev = config.get("evaluation_model") or {}
             inc = torchvision.models.inception_v3(weights=None, aux_logits=False,
@@ -387,17 +535,59 @@ def calibrate_units(config: Mapping[str, Any], needed: set[tuple[str, int, str]]
         else:
             units[key] = timed_net(build_model(network, 20), r, batch, kind)
         print(f"{key:45s} {units[key]:.6g} CPU-s", flush=True)
-    code = ("import torch, torchvision, atat.training.train, atat.robustness, atat.inversion.run, "
-            "atat.base.io")
-    t = []
-    for _ in range(max(1, repeats)):
-        before = os.times()
-        subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)
-        after = os.times()
-        t.append((after.children_user - before.children_user)
-                 + (after.children_system - before.children_system))
-    units["job_overhead"] = sorted(t)[len(t) // 2]
+    units["job_overhead"] = fresh_import_cpu(
+        ["snakemake.script", "torch", "torchvision", "atat.training.train", "atat.robustness",
+         "atat.inversion.run", "atat.base.io"], repeats)
     return units
+
+
+#: fewest timed runs of a fixed part (the median of them; one more run before, not counted,
+#: fills the bytecode and file caches as the workflow's earlier jobs have)
+MIN_IMPORT_RUNS = 3
+
+
+def import_code(modules: Sequence[str]) -> str:
+    """Python that imports ``modules`` as a job does: Snakemake's script module, then torch
+    and :func:`atat.base.progress.log_resources_at_exit` (``workflow/scripts/_common.setup``
+    registers the job's exit line there), then the rest; the exit line reports what the job's
+    own line would (getrusage of the process and its waited-for children, at exit, before the
+    interpreter's teardown)."""
+    first = [m for m in ("snakemake.script", "torch") if m in modules]
+    rest = [m for m in modules if m not in first]
+    lines = [f"import {m}" for m in first]
+    lines += ["from atat.base.progress import log_resources_at_exit",
+              "log_resources_at_exit('calibrate', 1)"]
+    lines += [f"import {m}" for m in rest]
+    return "\n".join(lines)
+
+
+def fresh_import_cpu(modules: Sequence[str], repeats: int = MIN_IMPORT_RUNS,
+                     run: Callable[[str], str] | None = None) -> float:
+    """A job's fixed part: the median CPU seconds of at least :data:`MIN_IMPORT_RUNS` fresh
+    Pythons importing ``modules`` (:func:`import_code`), each read from its own exit line
+    (the line atat.lab.jobstats sums), after one run not counted. ``run``: code -> the
+    child's stderr (tests)."""
+    import statistics
+
+    from atat.base.progress import LINE
+
+    def child(code: str) -> str:
+        proc = subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT,
+                              capture_output=True, text=True,
+                              env={**os.environ, "PYTHONPATH": str(ROOT / "src")})
+        return proc.stderr
+
+    run = run or child
+    code = import_code(modules)
+    run(code)   # warm-up: bytecode and file caches
+    times = []
+    for _ in range(max(MIN_IMPORT_RUNS, int(repeats))):
+        m = LINE.search(run(code))
+        if m is None:
+            raise RuntimeError(f"no 'job resources' line from a fresh Python importing "
+                               f"{', '.join(modules)}")
+        times.append(float(m["cpu"]))
+    return statistics.median(times)
 
 
 def rule_scripts(rules_dir: Path = ROOT / "workflow" / "rules") -> dict[str, Path]:
@@ -414,38 +604,88 @@ def rule_scripts(rules_dir: Path = ROOT / "workflow" / "rules") -> dict[str, Pat
     return out
 
 
+def _module_file(module: str, src: Path = ROOT / "src") -> Path | None:
+    """The source file of a module of this package (``atat...``), else None."""
+    if module != "atat" and not module.startswith("atat."):
+        return None
+    base = src.joinpath(*module.split("."))
+    for path in (base.with_suffix(".py"), base / "__init__.py"):
+        if path.is_file():
+            return path
+    return None
+
+
+def _absolute(module: str | None, level: int, package: str) -> str:
+    """``from <level dots><module> import`` in ``package`` as an absolute module name."""
+    if not level:
+        return module or ""
+    parts = package.split(".")
+    base = parts[:len(parts) - level + 1]
+    return ".".join(base + ([module] if module else []))
+
+
+def lazy_imports(module: str, names: Sequence[str], src: Path = ROOT / "src") -> list[str]:
+    """Modules imported inside the functions a job calls: the functions ``names`` of
+    ``module`` (one of this package's) and, transitively, the module's own functions they call
+    by name. A job imports them when it runs; a fresh Python importing only the script's
+    imports would not."""
+    import ast
+
+    path = _module_file(module, src)
+    if path is None:
+        return []
+    tree = ast.parse(path.read_text())
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    funcs = {n.name: n for n in tree.body if isinstance(n, (ast.FunctionDef,
+                                                              ast.AsyncFunctionDef))}
+    todo, seen, out = [n for n in names if n in funcs], set(), []
+    while todo:
+        name = todo.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        for node in ast.walk(funcs[name]):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) \
+                    and node.func.id in funcs:
+                todo.append(node.func.id)
+            elif isinstance(node, ast.Import):
+                out += [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                out.append(_absolute(node.module, node.level, package))
+    return list(dict.fromkeys(m for m in out if m))
+
+
 def script_modules(script: Path) -> list[str]:
     """The modules a job's script imports (anywhere in it), with what workflow/scripts/_common
-    imports for every job (torch, atat.base.io, atat.base.progress, atat.base.device)."""
-    import re
+    imports for every job (torch, atat.base.io, atat.base.progress, atat.base.device), and the
+    modules the package's functions it calls import when they run (:func:`lazy_imports`)."""
+    import ast
 
     mods = ["snakemake.script", "torch", "atat.base.io", "atat.base.progress", "atat.base.device"]
-    for m in re.finditer(r"^\s*(?:from\s+([\w.]+)\s+import|import\s+([\w.]+))",
-                         script.read_text(), flags=re.M):
-        mod = m.group(1) or m.group(2)
-        if mod and mod not in ("_common", "__future__") and mod not in mods:
-            mods.append(mod)
+    lazy: list[str] = []
+    for node in ast.walk(ast.parse(script.read_text())):
+        if isinstance(node, ast.Import):
+            found = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            found = [node.module]
+            lazy += lazy_imports(node.module, [a.name for a in node.names])
+        else:
+            continue
+        mods += [m for m in found if m not in ("_common", "__future__") and m not in mods]
+    mods += [m for m in lazy if m not in mods and m != "__future__"]
     return mods
 
 
-def calibrate_overheads(rules: Sequence[str], repeats: int = 1) -> dict[str, float]:
+def calibrate_overheads(rules: Sequence[str], repeats: int = MIN_IMPORT_RUNS
+                        ) -> dict[str, float]:
     """``overhead/<rule>``: CPU seconds of a fresh Python importing what ``rule``'s script
-    imports -- a job's fixed part before its own work."""
+    imports (:func:`fresh_import_cpu`) -- a job's fixed part before its own work."""
     scripts = rule_scripts()
     out = {}
     for rule in rules:
         if rule not in scripts:
             continue
-        code = "; ".join(f"import {m}" for m in script_modules(scripts[rule]))
-        t = []
-        for _ in range(max(1, repeats)):
-            before = os.times()
-            subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT,
-                           env={**os.environ, "PYTHONPATH": str(ROOT / "src")})
-            after = os.times()
-            t.append((after.children_user - before.children_user)
-                     + (after.children_system - before.children_system))
-        out[f"overhead/{rule}"] = sorted(t)[len(t) // 2]
+        out[f"overhead/{rule}"] = fresh_import_cpu(script_modules(scripts[rule]), repeats)
         print(f"overhead/{rule:36s} {out[f'overhead/{rule}']:.3g} CPU-s", flush=True)
     return out
 
@@ -482,6 +722,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--device", choices=("gpu", "cpu"), default="gpu",
                     help="gpu: GPU rules on the GPU rates; cpu: every job on the CPU rates")
     ap.add_argument("--measured", help="CSV (rule, jobs, cpu_s) of a measured run to compare")
+    ap.add_argument("--run", help="a finished run's directory: its AutoAttack records "
+                                  "(results/robustness/...) give AutoAttack's expected work "
+                                  "beside the upper bound")
     ap.add_argument("--calibration", default=str(CPU_CSV),
                     help="CPU calibration for --device cpu (default: what calibrate wrote)")
     ap.add_argument("--repeats", type=int, default=3)
@@ -516,7 +759,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     # shapes (dataset preparation, downloads and merges at paper scale are not modelled)
     cpu = read_cpu_rates(Path(args.calibration)) if args.device == "cpu" else None
     gpu = gpu_rates(config=config) if args.device == "gpu" else None
-    rows = forecast(jobs, config, gpu=gpu, cpu=cpu)
+    if args.run and not (Path(args.run) / "results").is_dir():
+        raise SystemExit(f"--run {args.run}: no results/ folder there (the finished run whose "
+                         f"AutoAttack records give the expected work)")
+    rows = forecast(jobs, config, gpu=gpu, cpu=cpu, run_dir=args.run)
     device = gpu.name if gpu else (cpu.name if cpu else "-")
     print(format_table(rows, max_runtime_min=prof.get("max_runtime_min"), n_gpus=args.gpus,
                        device=device))

@@ -18,7 +18,9 @@ seconds:
   its shape, timed in one thread by ``python -m atat.lab.forecast calibrate`` (``make bench``).
 
 Every count is an upper bound where the job may stop early (AutoAttack's images that an attack
-already broke, ``stop_at_val_acc``): a runtime request must not be short.
+already broke, ``stop_at_val_acc``): a runtime request must not be short. AutoAttack's work
+expected for a model whose clean and robust accuracy a finished run recorded is
+:func:`autoattack_cost` with ``records`` (``python -m atat.lab.forecast --run DIR``).
 """
 
 from __future__ import annotations
@@ -28,9 +30,11 @@ import math
 from typing import Any, Iterable, Mapping, Sequence
 
 __all__ = ["Pass", "JobCost", "GpuRates", "CpuRates", "GMAC", "stylegan_key",
-           "train_cost", "autoattack_cost", "hsic_cost", "inversion_cost",
+           "train_cost", "autoattack_cost", "autoattack_work", "autoattack_settings",
+           "autoattack_epsilons", "hsic_cost", "inversion_cost",
            "evaluation_model_cost", "public_classifier_cost", "generator_cost",
-           "real_embeddings_cost", "prior_quality_cost", "synthfaces_cost", "fixed_cost",
+           "real_embeddings_cost", "prior_quality_cost", "knn_pairs", "public_heldout",
+           "FEATURE_DIM", "synthfaces_cost", "fixed_cost",
            "split_sizes", "inversion_class_count", "class_shards", "runtime_request_min",
            "parse_gpu_cards", "pick_gpu_card", "RuntimeLimitError", "check_runtime_limit",
            "GPU_RULES"]
@@ -199,42 +203,131 @@ def train_cost(name: str, *, architecture: str, resolution: int, n_train: int, n
 #: target classes, per attack (atat.lab.bench_gpu.STANDARD_WORK)
 AA_STANDARD = {"apgd-ce": (100, 1), "apgd-t": (100, 9), "fab-t": (100, 9), "square": (5000, 1)}
 
+#: the config's ``autoattack.settings`` block, iteration key and target key of each attack
+_AA_SETTINGS = {"apgd-ce": ("apgd", "n_iter", None), "apgd-dlr": ("apgd", "n_iter", None),
+                "apgd-t": ("apgd_t", "n_iter", "n_target_classes"),
+                "fab-t": ("fab", "n_iter", "n_target_classes"),
+                "square": ("square", "n_queries", None)}
+#: AutoAttack's sanity checks, run once per epsilon on the first batch (atat.robustness,
+#: ``library_checks="once"``): check_randomized's 5 forwards, check_range_output's and
+#: check_dynamic's one each (pyautoattack 0.2.0, checks.py)
+AA_CHECK_FORWARDS = 7
+#: within-attack survival (:func:`autoattack_work`): ``estimate`` (geometric), ``low`` (every
+#: image an attack breaks leaves after its first target/query), ``high`` (none leaves before
+#: the attack's end)
+AA_SURVIVAL = ("estimate", "low", "high")
+
+
+def autoattack_settings(autoattack: Mapping[str, Any], n_classes: int
+                        ) -> dict[str, tuple[int, int, int]]:
+    """(iterations or queries, target classes, restarts) of each configured attack as
+    atat.robustness runs it: the standard version's values, ``version: custom`` overriding
+    them from ``settings``; target classes clamped to ``n_classes - 1``, FAB-T's restarts
+    forced to 1 (pyautoattack's run_standard_evaluation does)."""
+    attacks = list(autoattack.get("attacks") or AA_STANDARD)
+    s = (autoattack.get("settings") or {}) if autoattack.get("version", "standard") != "standard" \
+        else {}
+    out = {}
+    for a in attacks:
+        if a not in _AA_SETTINGS:
+            raise ValueError(f"autoattack.attacks: no cost model for {a!r} (known: "
+                             f"{', '.join(_AA_SETTINGS)})")
+        block, it_key, t_key = _AA_SETTINGS[a]
+        cfg = s.get(block) or {}
+        it0, t0 = AA_STANDARD.get(a, AA_STANDARD["apgd-ce"])
+        it = int(cfg.get(it_key, it0))
+        t = min(int(cfg.get(t_key, t0)), int(n_classes) - 1) if t_key else 1
+        restarts = 1 if a == "fab-t" else int(cfg.get("n_restarts", 1) or 1)
+        out[a] = (it, max(t, 1), restarts)
+    return out
+
+
+def _survivors(start: float, end: float, k: int, steps: int, survival: str) -> float:
+    """Images still robust at sub-run (target, restart or query) ``k`` of ``steps`` of one
+    attack that starts on ``start`` images and ends with ``end`` robust."""
+    if k == 0 or start <= 0 or survival == "high":
+        return start
+    if survival == "low":
+        return end
+    return start * (end / start) ** (k / steps)   # every sub-run breaks the same share
+
+
+def autoattack_work(autoattack: Mapping[str, Any], *, n_classes: int,
+                    record: Mapping[str, Any] | None = None, survival: str = "estimate"
+                    ) -> tuple[float, float]:
+    """(forward+backward, forward) image passes of one epsilon of atat.robustness with
+    pyautoattack 0.2.0, counted from the library's code: once per epsilon the class count (one
+    image), the clean accuracy (every example) and the sanity checks (:data:`AA_CHECK_FORWARDS`
+    on the first batch); per attack, run individually from the clean inputs, AutoAttack's own
+    clean pass over every example, then on the images classified correctly (``A``) the attack's
+    first forward and the check of its result, and
+
+    * APGD (CE/DLR): ``n_iter`` + 1 forward+backward per restart (the initial gradient);
+    * APGD-T: per target and restart one forward and ``n_iter`` + 1 forward+backward;
+    * FAB-T: per target ``n_iter`` forward+backward and ``n_iter`` + 3 forwards;
+    * Square: per restart two forwards, then one forward per query.
+
+    A target, restart or query works only on the images not yet broken by that attack.
+    ``record`` None: every image classified correctly and none broken -- the upper bound a
+    runtime request needs. ``record`` (an AutoAttack JSON of atat.robustness: ``clean_accuracy``,
+    ``per_attack[a]['robust_accuracy']``): ``A`` = clean accuracy x n, and the images left at a
+    later target/restart/query lie between the attack's final robust count and ``A``;
+    ``survival`` picks :data:`AA_SURVIVAL` (``estimate``: each sub-run breaks the same share)."""
+    if survival not in AA_SURVIVAL:
+        raise ValueError(f"survival must be one of {AA_SURVIVAL}, got {survival!r}")
+    n = int(autoattack["n_examples"])
+    batch = min(int(autoattack.get("batch_size", 128) or 128), n)
+    clean = 1.0 if record is None else float(record["clean_accuracy"])
+    fb, fwd = 0.0, 1 + n + AA_CHECK_FORWARDS * batch
+    for a, (it, targets, restarts) in autoattack_settings(autoattack, n_classes).items():
+        fwd += n                     # run_standard_evaluation's clean accuracy
+        start = clean * n
+        if start <= 0:               # no robust example: the library skips the attack
+            continue
+        if record is not None and a not in (record.get("per_attack") or {}):
+            raise ValueError(f"AutoAttack record without attack {a!r} (has: "
+                             f"{', '.join(record.get('per_attack') or {}) or 'none'})")
+        end = start if record is None else min(
+            start, float(record["per_attack"][a]["robust_accuracy"]) * n)
+        fwd += 2 * start             # the attack's first forward, the check of its result
+        if a == "square":
+            for r in range(restarts):
+                fwd += 2 * _survivors(start, end, r * it, restarts * it, survival)
+                fwd += sum(_survivors(start, end, r * it + q, restarts * it, survival)
+                           for q in range(it))
+            continue
+        runs = targets * restarts
+        alive = sum(_survivors(start, end, j, runs, survival) for j in range(runs))
+        if a == "fab-t":
+            fb += it * alive
+            fwd += (it + 3) * alive
+        else:
+            fb += (it + 1) * alive
+            fwd += alive if a == "apgd-t" else 0
+    return fb, fwd
+
 
 def autoattack_cost(name: str, *, architecture: str, resolution: int, n_classes: int,
-                    autoattack: Mapping[str, Any], n_eps: int = 1) -> JobCost:
-    """AutoAttack of one model at ``n_eps`` epsilons on ``n_examples`` images, every attack
-    doing its full work on every image (an upper bound: an image an attack breaks leaves the
-    later attacks). APGD: one forward+backward per iteration; FAB: one forward+backward and one
-    forward; Square: one forward per query."""
-    n = int(autoattack["n_examples"])
-    attacks = list(autoattack.get("attacks") or AA_STANDARD)
+                    autoattack: Mapping[str, Any], n_eps: int = 1,
+                    records: Sequence[Mapping[str, Any]] | None = None,
+                    survival: str = "estimate") -> JobCost:
+    """AutoAttack of one model at ``n_eps`` epsilons on ``n_examples`` images
+    (:func:`autoattack_work`). ``records`` None: every image classified correctly and none
+    broken, the upper bound the runtime request uses; else one AutoAttack record per epsilon
+    of a finished run: the work expected where the model's clean and robust accuracy are
+    those."""
     precision = "tf32" if autoattack.get("precision") == "tf32" else "fp32"
-    work = {}
-    if autoattack.get("version", "standard") == "standard":
-        work = {a: (it, min(t, n_classes - 1) if t > 1 else 1)
-                for a, (it, t) in AA_STANDARD.items() if a in attacks}
+    if records is None:
+        fb, fwd = autoattack_work(autoattack, n_classes=n_classes)
+        fb, fwd = fb * n_eps, fwd * n_eps
     else:
-        s = autoattack.get("settings") or {}
-        table = {"apgd-ce": ("apgd", "n_iter", None), "apgd-t": ("apgd_t", "n_iter", "n_target_classes"),
-                 "fab-t": ("fab", "n_iter", "n_target_classes"), "square": ("square", "n_queries", None)}
-        for a in attacks:
-            block, it_key, t_key = table[a]
-            cfg = s.get(block) or {}
-            restarts = int(cfg.get("n_restarts", 1) or 1)
-            work[a] = (int(cfg.get(it_key, AA_STANDARD[a][0])) * restarts,
-                       int(cfg.get(t_key, 1)) if t_key else 1)
-    fb = fwd = 0.0
-    for a, (it, t) in work.items():
-        if a == "square":
-            fwd += it * t
-        elif a == "fab-t":
-            fb += it * t
-            fwd += it * t
-        else:
-            fb += it * t
-    fwd += 1  # clean accuracy
-    passes = (Pass(architecture, resolution, "fb", n * fb * n_eps, precision),
-              Pass(architecture, resolution, "fwd", n * fwd * n_eps, precision))
+        if len(records) != n_eps:
+            raise ValueError(f"{name}: {len(records)} AutoAttack records for {n_eps} epsilons")
+        works = [autoattack_work(autoattack, n_classes=n_classes, record=r, survival=survival)
+                 for r in records]
+        fb, fwd = sum(w[0] for w in works), sum(w[1] for w in works)
+    passes = (Pass(architecture, resolution, "fb", fb, precision),
+              Pass(architecture, resolution, "fwd", fwd, precision))
     return JobCost("autoattack", name, passes, gpu=True)
 
 
@@ -348,13 +441,54 @@ def real_embeddings_cost(name: str, *, n_train: int, evaluation: tuple[str, int]
     return JobCost("real_embeddings", name, tuple(passes), gpu=True)
 
 
-def prior_quality_cost(name: str, *, generator: str, resolution: int, samples: int,
-                       classifier: str, n_classifiers: int, n_real: int) -> JobCost:
-    """The prior's quality: ``samples`` renders, then every classifier's forward over the
-    samples, the held-out real images and as many Gaussian images."""
+#: penultimate feature width of each architecture (atat.training.models: the classifier's
+#: ``feature_dim``, the public classifier's embedding in rule prior_quality)
+FEATURE_DIM = {"resnet18": 512, "resnet10": 512, "resnet152": 2048, "densenet169": 1664,
+               "densenet47": 424}
+#: share of each public identity's images the public classifier holds out
+#: (atat.inversion.evaluation.FACE_HOLDOUT_FRACTION; tests/test_job_cost.py checks they agree)
+PUBLIC_HOLDOUT_FRACTION = 0.1
+
+
+def public_heldout(identities: int, per_identity: int,
+                   fraction: float = PUBLIC_HOLDOUT_FRACTION) -> int:
+    """Images the public classifier held out of a pool of ``identities`` x ``per_identity``:
+    per identity ``round(fraction x n)``, at least one where it has two or more
+    (atat.inversion.evaluation.public_holdout_split)."""
+    per = max(1, round(fraction * per_identity)) if per_identity >= 2 else 0
+    return int(identities) * per
+
+
+def knn_pairs(n_reference: int, n_samples: int, n_heldout: int) -> float:
+    """Pairwise distances of one classifier's precision/recall/coverage in rule prior_quality
+    (atat.inversion.prior_quality.measure): on each of the three sets Q (the prior's and the
+    floor's ``n_samples``, the ``n_heldout`` real images) the reference's k-NN radii twice
+    (precision, coverage: R^2 each), Q against the reference (precision: Q R), its first
+    ``n_heldout`` against the reference (coverage: h R) and the reverse with their own radii
+    (recall: h R + h^2)."""
+    r, h = float(n_reference), float(n_heldout)
+    return sum(2 * r * r + q * r + 2 * h * r + h * h for q in (n_samples, n_heldout, n_samples))
+
+
+def prior_quality_cost(name: str, *, generator: str, generator_resolution: int,
+                       resolution: int, samples: int, classifier: str, n_classifiers: int,
+                       n_public: int, n_heldout: int, feature_dim: int) -> JobCost:
+    """The prior's quality (atat.inversion.prior_quality): the public pool's ``n_public``
+    images read and transformed once; per classifier the ``samples`` renders (drawn again for
+    each), its forwards -- on each of the three sets (prior, floor: ``samples``; ceiling: the
+    ``n_heldout`` images) one to classify and one to embed, and one embedding of each
+    reference image (the rest of the pool) -- and the k-NN statistics' pairwise distances at
+    ``feature_dim`` (:func:`knn_pairs`; unit ``knn@<dim>/pair``, the CPU calibration times
+    it). ``resolution``: the classifier's (the real images are read at it)."""
+    c = int(n_classifiers)
+    ref = int(n_public) - int(n_heldout)
+    forwards = c * (2 * (2 * int(samples) + int(n_heldout)) + ref)
     return JobCost("prior_quality", name, (
-        Pass(generator, resolution, "fwd", samples),
-        Pass(classifier, resolution, "fwd", n_classifiers * (2 * samples + n_real))), gpu=False)
+        Pass(generator, generator_resolution, "fwd", c * int(samples)),
+        Pass(classifier, resolution, "fwd", forwards),
+        Pass("read", resolution, "image", int(n_public)),
+        Pass("knn", int(feature_dim), "pair", c * knn_pairs(ref, int(samples), int(n_heldout)))),
+        gpu=False)
 
 
 def synthfaces_cost(name: str, *, n_images: int, resolution: int, domain: str = "faces"
@@ -513,10 +647,22 @@ def class_shards(config: Mapping[str, Any], dataset: str, architecture: str, def
     return [(0, inversion_class_count(p.get("targets", "all"), n_classes(config, dataset)))]
 
 
+def autoattack_epsilons(wc: Mapping[str, Any], config: Mapping[str, Any]) -> list[float]:
+    """The epsilons one AutoAttack job runs: its ``eps`` wildcard (``autoattack.job:
+    per_epsilon``), else every epsilon of the config."""
+    if "eps" in wc:
+        return [float(wc["eps"])]
+    return [float(e) for e in config["autoattack"]["epsilons"]]
+
+
 def job_cost_for(rule: str, wc: Mapping[str, Any], config: Mapping[str, Any], *,
-                 n_classes_job: int | None = None, gpu_mem_mb: int | None = None) -> JobCost:
+                 n_classes_job: int | None = None, gpu_mem_mb: int | None = None,
+                 autoattack_records: Sequence[Mapping[str, Any]] | None = None,
+                 survival: str = "estimate") -> JobCost:
     """The cost of the job of ``rule`` with wildcards ``wc`` under ``config`` (the rules'
-    wildcards: dataset, arch, defense, seed, eps, attack, generator)."""
+    wildcards: dataset, arch, defense, seed, eps, attack, generator). ``autoattack_records``:
+    for rule autoattack, one record per epsilon of :func:`autoattack_epsilons` from a finished
+    run (the expected work, :func:`autoattack_cost`); None: the upper bound."""
     from atat.plan.config import defense_params, inversion_params, n_classes, training_params
 
     name = "/".join(str(v) for v in wc.values())
@@ -531,9 +677,10 @@ def job_cost_for(rule: str, wc: Mapping[str, Any], config: Mapping[str, Any], *,
                           n_test=n_test, training=training, defense=dp)
     if rule == "autoattack":
         aa = config["autoattack"]
-        n_eps = 1 if "eps" in wc else len(aa["epsilons"])
         return autoattack_cost(name, architecture=arch, resolution=res,
-                               n_classes=n_classes(config, ds), autoattack=aa, n_eps=n_eps)
+                               n_classes=n_classes(config, ds), autoattack=aa,
+                               n_eps=len(autoattack_epsilons(wc, config)),
+                               records=autoattack_records, survival=survival)
     if rule == "measure_hsic":
         h = config.get("hsic") or {}
         return hsic_cost(name, architecture=arch, resolution=res, n_train=n_train,
@@ -591,12 +738,21 @@ def job_cost_for(rule: str, wc: Mapping[str, Any], config: Mapping[str, Any], *,
         g = wc["generator"]
         key, res = generator_network(config, g)
         pq = config["preconditions"]["prior_quality"]
-        public = dataset_images(config, config["generators"][g]["train"]["dataset"])[3]
+        ds = config["generators"][g]["train"]["dataset"]
+        syn = config["datasets"][ds].get("synthetic") or {}
+        public = dataset_images(config, ds)[3]
+        held = public_heldout(int(syn.get("n_public_identities", 0)),
+                              int(syn.get("public_images_per_identity", 0)))
         fe = config["face_embedding"]
-        return prior_quality_cost(name, generator=key, resolution=res, samples=int(pq["samples"]),
-                                  classifier=str(fe.get("architecture", "resnet18")),
-                                  n_classifiers=int(pq["classifiers"]),
-                                  n_real=int(round(0.2 * public)))
+        arch = str(fe.get("architecture", "resnet18"))
+        if arch not in FEATURE_DIM:
+            raise ValueError(f"face_embedding.architecture {arch!r}: no feature width "
+                             f"(known: {', '.join(FEATURE_DIM)})")
+        return prior_quality_cost(name, generator=key, generator_resolution=res,
+                                  resolution=int(fe["resolution"]),
+                                  samples=int(pq["samples"]), classifier=arch,
+                                  n_classifiers=int(pq["classifiers"]), n_public=public,
+                                  n_heldout=held, feature_dim=FEATURE_DIM[arch])
     if rule == "synthfaces":
         ds = wc["dataset"]
         d = config["datasets"][ds]
