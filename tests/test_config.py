@@ -13,6 +13,7 @@ from atat.plan.config import (ConfigError, defense_params, load_config, model_ru
 ROOT = Path(__file__).resolve().parents[1]
 PAPER = ROOT / "config" / "config.yaml"
 DEMO = ROOT / "config" / "demo.yaml"
+DEMO_DOGS = ROOT / "config" / "overlays" / "demo-dogs.yaml"   # layered after demo.yaml
 
 
 @pytest.fixture
@@ -20,9 +21,48 @@ def demo():
     return load_config(PAPER, DEMO)
 
 
-def test_paper_and_demo_configs_are_valid(demo):
+@pytest.fixture
+def demo_dogs():
+    return load_config(PAPER, DEMO, DEMO_DOGS)
+
+
+def test_paper_and_demo_configs_are_valid(demo, demo_dogs):
     validate_config(load_config(PAPER))
     validate_config(demo)
+    validate_config(demo_dogs)
+
+
+def test_the_dog_overlay_is_the_demo_plus_the_dogs():
+    """config/overlays/demo-dogs.yaml restates demo.yaml's lists (lists replace lists): its
+    grid is demo.yaml's plus Table 26's row, its inversion overrides the dogs' PPA exception
+    plus demo.yaml's, its prior the faces' recipe at 12,000 steps; the demo alone has no dogs
+    (2026-12-06, docs/decisions.md#the-dog-breed-block-is-an-overlay)."""
+    import yaml
+
+    demo_raw = yaml.safe_load(DEMO.read_text())
+    dogs_raw = yaml.safe_load(DEMO_DOGS.read_text())
+    dog_rows = [{"datasets": ["synthdogs"], "architectures": ["resnet18", "resnet10"],
+                 "defenses": ["nodef", "mid", "bido", "tldmi", "negls", "rolss", "rolss_ssf",
+                              "trap_mid", "atat"], "attacks": ["ppa"]}]
+    assert dogs_raw["grid"] == demo_raw["grid"] + dog_rows
+    dog_rule = {"when": {"dataset": "synthdogs"},
+                "note": ("demo dogs: the paper's dogs PPA (2x the faces' steps, lr 0.01, "
+                         "RRC 0.75-1)"),
+                "set": {"ppa": {"steps": 60, "lr": 0.01, "rrc_scale": [0.75, 1.0]}}}
+    assert dogs_raw["inversion"] == {
+        "overrides": [dog_rule, *demo_raw["inversion"]["overrides"]]}
+    faces = demo_raw["generators"]["synthfaces_public"]["train"]
+    assert dogs_raw["generators"]["synthdogs_public"]["train"] == {
+        **faces, "dataset": "synthdogs", "steps": 12000}
+    assert set(dogs_raw) == {"datasets", "grid", "paper_roles", "generators", "inversion"}
+    assert dogs_raw["paper_roles"] == {"datasets": {"stanford_dogs": "synthdogs"}}
+    # the demo alone names no dog anywhere; with the overlay it plans the 18 dog models
+    demo = load_config(PAPER, DEMO)
+    assert "synthdogs" not in str(demo)
+    assert "stanford_dogs" not in demo["paper_roles"]["datasets"]
+    runs = model_runs(load_config(PAPER, DEMO, DEMO_DOGS))
+    assert len([r for r in runs if r.dataset == "synthdogs"]) == 18
+    assert len(runs) == len(model_runs(demo)) + 18
 
 
 def test_paper_grid_has_every_cell_of_tables_23_to_26():
@@ -399,8 +439,8 @@ MAGNITUDE_CASES = [
     ("early-stop accuracy above 1", ("defenses", "nodef_es", "training", "stop_at_val_acc"),
      1.5, ["defenses.nodef_es.training.stop_at_val_acc"]),
     ("MID bottleneck wider than the features", ("defenses", "mid", "bottleneck_dim"), 1024,
-     ["defenses.mid.bottleneck_dim", "512 features of resnet10"]),  # the first planned cell
-    # in sorted order (synthdogs / resnet10) that it does not fit
+     ["defenses.mid.bottleneck_dim", "424 features of densenet47"]),  # the first planned
+    # cell in sorted order (synthfaces / densenet47) that it does not fit
     ("TL-DMI freezing beyond the feature extractor", ("defenses", "tldmi", "freeze_layers"), 10,
      ["defenses.tldmi.freeze_layers", "only 10 children"]),
     ("crop scale range reversed", ("augmentation", "rrc_scale"), [0.9, 0.5],
@@ -408,6 +448,9 @@ MAGNITUDE_CASES = [
     ("crop scale of 0", ("augmentation", "rrc_scale"), [0.0, 1.0], ["augmentation.rrc_scale"]),
     ("evaluation crop range reversed", ("evaluation_model", "augmentation", "rrc_scale"),
      [1.0, 0.85], ["evaluation_model.augmentation.rrc_scale"]),
+]
+#: on the demo with its dog-breed overlay (config/overlays/demo-dogs.yaml)
+DOG_CASES = [
     ("a dog population judged by a face network", ("datasets", "synthdogs", "faces"), True,
      ["datasets.synthdogs.faces", "synthetic.domain is 'dogs'", "faces: false"]),
     ("an unknown synthetic domain", ("datasets", "synthdogs", "synthetic", "domain"), "cats",
@@ -420,6 +463,14 @@ MAGNITUDE_CASES = [
 def test_meaningless_magnitudes_are_rejected(demo, desc, path, value, words):
     with pytest.raises(ConfigError) as info:
         validate_config(mutate(demo, path, value))
+    for word in words:
+        assert word in str(info.value), (word, str(info.value))
+
+
+@pytest.mark.parametrize("desc,path,value,words", DOG_CASES, ids=[c[0] for c in DOG_CASES])
+def test_meaningless_dog_settings_are_rejected(demo_dogs, desc, path, value, words):
+    with pytest.raises(ConfigError) as info:
+        validate_config(mutate(demo_dogs, path, value))
     for word in words:
         assert word in str(info.value), (word, str(info.value))
 
@@ -683,12 +734,14 @@ def test_causal_replicates_get_only_the_attacks_tables_21_22_read():
     grid = paper.grid_runs(paper.Plan(cfg, runs))
     main = [r for r in grid if (r.dataset, r.architecture) == ("synthfaces", "resnet18")]
     assert main and all(paper.run_attacks(cfg, r) == ["ppa", "ifgmi", "ppdg"] for r in main)
-    # the demo's other face cells: PPA and IF-GMI only (their grid blocks' `attacks`); the dog
-    # breeds (Table 26): PPA only, as the paper's
-    dogs = [r for r in grid if r.dataset == "synthdogs"]
-    assert len(dogs) == 18 and all(paper.run_attacks(cfg, r) == ["ppa"] for r in dogs)
-    assert all(paper.run_attacks(cfg, r) == ["ppa", "ifgmi"] for r in grid
-               if r not in main and r not in dogs)
+    # the demo's other face cells: PPA and IF-GMI only (their grid blocks' `attacks`)
+    assert all(paper.run_attacks(cfg, r) == ["ppa", "ifgmi"] for r in grid if r not in main)
+    # the dog breeds (Table 26, the overlay config/overlays/demo-dogs.yaml): PPA only, as the
+    # paper's
+    with_dogs = load_config(root / "config.yaml", root / "demo.yaml",
+                            root / "overlays" / "demo-dogs.yaml")
+    dogs = [r for r in model_runs(with_dogs) if r.dataset == "synthdogs"]
+    assert len(dogs) == 18 and all(paper.run_attacks(with_dogs, r) == ["ppa"] for r in dogs)
     regressions = yaml.safe_load((root / "regressions.yaml").read_text())
     plan = paper.Plan(cfg, runs, regressions)
     hsic = set(next(o for o in paper.REGISTRY if o.id == "hsic").targets(plan))

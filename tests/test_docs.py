@@ -391,10 +391,13 @@ def test_the_doc_checks_see_what_is_wrong():
 
 
 def test_the_configs_links_to_the_docs_land_on_headings():
-    """config/*.yaml comments name the page and heading that explains a setting
-    (``docs/decisions.md#at-at``); each one exists."""
-    cited = [(path.name, page, anchor) for path in sorted((ROOT / "config").glob("*.yaml"))
+    """config/*.yaml and config/overlays/*.yaml comments name the page and heading that
+    explains a setting (``docs/decisions.md#at-at``); each one exists."""
+    files = [*sorted((ROOT / "config").glob("*.yaml")),
+             *sorted((ROOT / "config" / "overlays").glob("*.yaml"))]
+    cited = [(str(path.relative_to(ROOT / "config")), page, anchor) for path in files
              for page, anchor in re.findall(r"\b(?:docs/)?(\w+)\.md#([\w-]+)", path.read_text())]
+    assert any(name.startswith("overlays/") for name, _, _ in cited)
     assert any(page == "decisions" for _, page, _ in cited)
     bad = [f"config/{name}: docs/{page}.md#{anchor}" for name, page, anchor in cited
            if not (DOCS / f"{page}.md").exists()

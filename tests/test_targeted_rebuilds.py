@@ -24,6 +24,14 @@ from atat.lab import target_cones as tc
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = {"paper": (), "demo": ("config/demo.yaml",)}
 OVERLAYS = sorted((ROOT / "config" / "overlays").glob("*.yaml"))
+DEMO_DOGS = ROOT / "config" / "overlays" / "demo-dogs.yaml"
+
+
+def _layers(overlay: Path) -> list[Path]:
+    """The config files an overlay is documented with: ``demo-*.yaml`` after demo.yaml (the
+    demo's opt-in blocks), the others on config.yaml alone (the paper's subsets)."""
+    demo = [ROOT / "config" / "demo.yaml"] if overlay.name.startswith("demo-") else []
+    return [ROOT / "config" / "config.yaml", *demo, overlay]
 
 
 @pytest.fixture(scope="module")
@@ -93,14 +101,35 @@ def test_the_cones_are_what_snakemake_dry_run_plans(dags, tmp_path):
 def test_overlays_are_valid_and_plan_only_their_models(overlay):
     """Each documented overlay passes the config schema and checks, and its `all` plans its
     own models only (fewer than the paper grid's), every output's cone as registered."""
-    config = load_config(ROOT / "config" / "config.yaml", overlay)  # schema + checks
+    config = load_config(*_layers(overlay))  # schema + checks
     assert config["grid"]
-    dag = tc.build_dag([ROOT / "config" / "config.yaml", overlay])
+    dag = tc.build_dag(_layers(overlay))
     plan = tc.plan_of(dag)
     trained = _rules(dag.deps)["train_model"]
     assert trained == len(plan.runs) < 101
     for entry, (planned, expected) in tc.cones(dag).items():
         assert planned == expected, entry
+
+
+def test_the_dog_breeds_are_planned_only_with_their_overlay(dags):
+    """The demo plans no dog job and no Table 26 (2026-12-06); config/overlays/demo-dogs.yaml
+    after demo.yaml adds exactly the dog block's jobs: the population, its prior with its
+    quality instrument, evaluation model and public classifier, 18 models through AutoAttack,
+    HSIC and PPA, their two reconstruction figures and Table 26 (518 = 431 + 87 jobs)."""
+    demo = set(dags["demo"].deps)
+    assert not [k for k in demo if any("synthdogs" in f or "table26" in f for f in k[1])]
+    assert "table26" not in _rules(demo)
+    dogs = set(tc.build_dag(_layers(DEMO_DOGS)).deps)
+    assert demo <= dogs
+    added = dogs - demo
+    assert all(any("synthdogs" in f or "table26" in f for f in files) for _, files in added)
+    assert _rules(added) == Counter({
+        "train_model": 18, "autoattack": 18, "measure_hsic": 18, "invert": 18,
+        "train_instrument_classifier": 4, "figure_reconstructions": 2, "synthfaces": 1,
+        "train_generator": 1, "prior_quality": 1, "train_evaluation_model": 1,
+        "train_face_embedding": 1, "real_embeddings": 1, "output_summary": 1,
+        "output_per_image": 1, "table26": 1})
+    assert len(demo) == 431 and len(dogs) == 518   # the dry runs' totals (with `all`)
 
 
 def test_pilot_overlay_is_one_model_through_every_gpu_rule():
