@@ -55,7 +55,7 @@ wheelhouse:
 	rm -rf $(WHEELHOUSE)
 	mv $(WHEELHOUSE).part $(WHEELHOUSE)
 
-.PHONY: venv venv-test lock wheelhouse demo smoke test test-all test-paper-shapes dry-run-paper bench bench-gpu forecast float-paths readme-tables
+.PHONY: venv venv-test lock wheelhouse demo smoke test test-all test-paper-shapes dry-run-paper bench bench-gpu forecast float-paths readme-tables power
 venv: $(VENV)/.installed
 venv-test: $(VENV)/.installed-test
 
@@ -133,3 +133,11 @@ float-paths: venv
 RUN ?= .
 readme-tables: venv
 	$(VENV)/bin/python -m atat.lab.readme_blocks docs/miniature.md --root $(RUN)
+
+# The claims analysis's power at a finished run's sample sizes (issue 45): the class ICC of
+# AttAcc@1, the power of every claim part under the plan, and the paired design's projection to
+# more images per class (docs/power.md). RUN: the directory that ran the workflow; CONFIG: the
+# overlays it ran with (default the demo).
+POWER_OUT ?= docs/power.md
+power: venv
+	$(VENV)/bin/python -m atat.lab.power --run $(RUN) --configfile config/config.yaml $(or $(CONFIG),config/demo.yaml) --out $(POWER_OUT)
