@@ -4,6 +4,8 @@ by simulation why it exists (images clustered by target class)."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import re
 
 import numpy as np
@@ -119,9 +121,12 @@ def demo():
 
 def test_the_plan_dispatches_and_the_table_says_which_interval(tmp_path, demo):
     files = _write(tmp_path, HOLDS, demo)
-    today = C.claims_table(demo, **files).set_index("claim")
-    paired = C.claims_table(demo, **files, plan=_plan_with(tmp_path, C.PAIRED_CLASSES)
-                            ).set_index("claim")
+    (tmp_path / "newcombe").mkdir()
+    (tmp_path / "paired").mkdir()
+    today = C.claims_table(demo, **files, plan=_plan_with(tmp_path / "newcombe", C.NEWCOMBE)
+                           ).set_index("claim")
+    paired = C.claims_table(demo, **files, plan=_plan_with(tmp_path / "paired",
+                                                           C.PAIRED_CLASSES)).set_index("claim")
     for claim in ("atat_ppa", "atat_ifgmi", "hsic_bido", "hsic_bido_star",
                   "unseen_pixels_unseen_pixels"):
         assert "90% paired t over classes (class-clustered)" in paired.loc[claim, "test"]
@@ -151,7 +156,8 @@ def test_the_paired_interval_of_a_claim_is_computed_from_the_per_image_rows(tmp_
     by_hand = C.paired_class_difference(C.class_pairs(*rows, ("a", "m")), plan.alpha)
     assert est == by_hand and pairs.k == 20
     # today's interval and the same point (5 images in each of the 20 classes)
-    newc, _ = C._rate_vs(inp, "atat", "mid", "ppa", PLAN.test("atat", "attacc"))
+    newcombe = dataclasses.replace(t, interval=C.NEWCOMBE)
+    newc, _ = C._rate_vs(inp, "atat", "mid", "ppa", newcombe)
     assert newc.est == pytest.approx(est.est) and (newc.lo, newc.hi) != (est.lo, est.hi)
     # a baseline attacked on other classes: the paired interval stops, naming both
     inp.per_image.loc[(p["defense"] == "mid") & (p["class"] == 3), "class"] = 99
@@ -160,7 +166,7 @@ def test_the_paired_interval_of_a_claim_is_computed_from_the_per_image_rows(tmp_
                                          r"synthfaces/resnet18/atat \(ppa\): 3; only "
                                          r"synthfaces/resnet18/mid \(ppa\): 99\)"):
         C._rate_vs(inp, "atat", "mid", "ppa", t)
-    newc, no_pairs = C._rate_vs(inp, "atat", "mid", "ppa", PLAN.test("atat", "attacc"))
+    newc, no_pairs = C._rate_vs(inp, "atat", "mid", "ppa", newcombe)
     assert newc is not None and no_pairs is None          # Newcombe does not need them
 
 

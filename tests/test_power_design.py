@@ -95,7 +95,8 @@ def test_the_design_rows_of_a_judged_run(tmp_path):
     # Unseen-Pixels: 4 factors each; the dose-response's variants have no per-image rows
     parts = table.drop_duplicates(["claim", "part"])
     assert len(parts) == 2 * 7 + 3 + 1 + 1 and len(table) == 4 * len(parts)
-    assert set(table["interval"]) == {C.NEWCOMBE} and set(table["k"]) == {20}
+    # the committed plan's interval (revision 2: paired)
+    assert set(table["interval"]) == {C.PAIRED_CLASSES} and set(table["k"]) == {20}
     assert set(table["m"]) == {5} and list(table["m_prime"][:4]) == [5, 10, 15, 20]
     assert [x.split(":")[0] for x in left_out] == ["dose_response/lambda 1 minus 0"]
     row = table[(table["claim"] == "atat_ppa") & (table["part"] == "MID AttAcc@1")].iloc[0]
