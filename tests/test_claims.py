@@ -17,7 +17,7 @@ import yaml
 from atat.analysis import claims as C
 from atat.analysis.claims import VERDICTS, claims_table, rate_difference
 from atat.plan.config import ConfigError, load_config, model_runs
-from atat.analysis.paper import Plan, claims_inputs, final_targets
+from atat.analysis.paper import Plan, claims_inputs, final_targets, output_reads
 
 ROOT = Path(__file__).resolve().parents[1]
 PAPER, DEMO = ROOT / "config" / "config.yaml", ROOT / "config" / "demo.yaml"
@@ -96,12 +96,26 @@ def _write(tmp: Path, cells: dict, demo: dict, *, causal_gap: float = 0.5) -> di
                             for d in ("atat", "permuted", "unseen_pixels")],
                   "check": ["a", "b", "c"],
                   "passed": [True, True, True]}).to_csv(tmp / "pre.csv", index=False)
-    pd.DataFrame({"weight_adv": [0, 0.25, 0.5, 1.0], "ppa_attacc1": [0.6, 0.4, 0.2, 0.05],
+    pd.DataFrame({"weight_adv": [0, 0.25, 0.5, 1.0],
+                  "defense": ["nodef", "atat_w0p25", "atat", "atat_w1"],
+                  "ppa_attacc1": [0.6, 0.4, 0.2, 0.05],
                   "ppa_n_images": 100}).to_csv(tmp / "dose.csv", index=False)
+    # the sweep's endpoints' per-image files (atat.analysis.paper.dose_endpoint_per_image):
+    # lambda 0 is the grid's NoDef (its rows as in per_image.csv), lambda 1 a generated variant
+    rows = pd.DataFrame(per_image)
+    dose_files = [tmp / "dose_nodef.per_image.csv", tmp / "dose_atat_w1.per_image.csv"]
+    rows[(rows["defense"] == "nodef") & (rows["attack"] == "ppa")].to_csv(dose_files[0],
+                                                                          index=False)
+    correct = np.zeros(100, int)
+    correct[:5] = 1       # 0.05, the dose table's rate at lambda 1
+    rng.shuffle(correct)
+    pd.DataFrame([{**CELL, "defense": "atat_w1", "seed": 0, "attack": "ppa", "class": i // 5,
+                   "correct_top1": correct[i], "correct_top5": correct[i],
+                   "dist_face": 0.7} for i in range(100)]).to_csv(dose_files[1], index=False)
     return dict(summary_csv=tmp / "summary.csv", per_image_csv=tmp / "per_image.csv",
                 regressions_csv=tmp / "regressions.csv", cost_csv=tmp / "cost.csv",
                 hsic_files=hsic, preconditions_csv=tmp / "pre.csv", dose_csv=tmp / "dose.csv",
-                outputs=[tmp / "claims.csv", tmp / "claims.md"])
+                dose_per_image=dose_files, outputs=[tmp / "claims.csv", tmp / "claims.md"])
 
 
 @pytest.fixture
@@ -496,6 +510,18 @@ def test_the_demo_plan_builds_the_claims_from_its_own_outputs(demo):
     for key in ("regressions", "cost", "preconditions"):
         assert inputs[key] in targets, key
     assert inputs["dose"] in targets       # the demo's dose-response sweep (back 2026-12-02)
+    # its endpoints' per-image files (lambda 0: the cell's NoDef; 1.0: a generated variant),
+    # made by rule invert, read by the claims rule for the paired interval
+    assert inputs["dose_per_image"] == [
+        f"results/inversion/synthfaces/resnet18/{d}/seed0/ppa/per_image.csv"
+        for d in ("nodef", "atat_w1")]
+    assert set(inputs["dose_per_image"]) <= set(output_reads(plan, "claims"))
+    assert {f.replace("per_image.csv", "metrics.json") for f in inputs["dose_per_image"]} \
+        <= targets                         # attacked models of the plan
+    # the paper config sweeps no lambda: no such input
+    paper_config = load_config(PAPER)
+    assert claims_inputs(Plan(paper_config, model_runs(paper_config), regressions)
+                         )["dose_per_image"] == []
     assert {"nodef", "bido", "bido_lx1e3", "tldmi", "negls"} <= set(inputs["hsic"])
     assert all("/synthfaces/resnet18/" in f for f in inputs["hsic"].values())
 

@@ -138,10 +138,51 @@ def test_the_plan_dispatches_and_the_table_says_which_interval(tmp_path, demo):
     # test accuracy stays Newcombe's under either plan
     assert "test-set accuracies as rates" in paired.loc["atat_ppa", "test"]
     assert "test accuracy Newcombe" in paired.loc["atat_ppa", "basis"]
-    # the dose-response's generated variants have no per-image rows among the claims' inputs
+    # the dose-response: judged from its endpoints' per-image files under either plan
     assert today.loc["dose_response", "verdict"] == "supported"
-    assert paired.loc["dose_response", "verdict"] == "not testable"
-    assert "per-image rows" in paired.loc["dose_response", "run"]
+    assert paired.loc["dose_response", "verdict"] == "supported"
+    assert paired.loc["dose_response", "basis"].startswith("paired t over classes")
+    assert today.loc["dose_response", "basis"].startswith("Newcombe")
+    assert paired.loc["dose_response", "run"] != today.loc["dose_response", "run"]
+
+
+def test_the_dose_response_is_judged_from_its_endpoints_per_image_rows(tmp_path, demo):
+    """Largest lambda (the generated atat_w1) minus smallest (the cell's NoDef): under the
+    paired plan the per-class pairs of the two endpoint models' own per-image files (the
+    generated variant is not in per_image.csv); under Newcombe's, today's interval of the
+    dose-response table's rates, unchanged."""
+    files = _write(tmp_path, HOLDS, demo)
+    assert "atat_w1" not in set(pd.read_csv(files["per_image_csv"])["defense"])
+    rows = pd.concat([pd.read_csv(f) for f in files["dose_per_image"]])
+    by_hand = C.paired_class_difference(C.class_pairs(
+        rows[rows["defense"] == "atat_w1"], rows[rows["defense"] == "nodef"], ("w1", "0")),
+        PLAN.alpha)
+    today = C.rate_difference(0.05, 100, 0.6, 100, PLAN.alpha)
+    for interval, want in ((C.PAIRED_CLASSES, by_hand), (C.NEWCOMBE, today)):
+        (tmp_path / interval[:6]).mkdir()
+        plan = C.load_plan(_plan_with(tmp_path / interval[:6], interval))
+        inp = C.read_inputs(demo, summary_csv=files["summary_csv"],
+                            per_image_csv=files["per_image_csv"], dose_csv=files["dose_csv"],
+                            dose_per_image=files["dose_per_image"], plan=plan)
+        (claim,) = C._dose_claim(inp)
+        (part,) = claim.parts
+        assert part.est == want, interval
+        assert part.pairs is not None and part.pairs.k == 20    # the power tool reads them
+        assert claim.verdict == C.verdict(plan.test("dose_response"), want)
+        assert want.fmt() in claim.run
+    assert by_hand.est == pytest.approx(today.est)  # 5 images in each class: the same point
+    assert (by_hand.lo, by_hand.hi) != (today.lo, today.hi)
+    # without the endpoints' files the paired part says what it lacks
+    inp = C.read_inputs(demo, summary_csv=files["summary_csv"],
+                        per_image_csv=files["per_image_csv"], dose_csv=files["dose_csv"],
+                        plan=C.load_plan(_plan_with(tmp_path, C.PAIRED_CLASSES)))
+    (claim,) = C._dose_claim(inp)
+    assert claim.verdict == "not testable"
+    assert "per-image files have none of lambda 1 (atat_w1), lambda 0 (nodef)" in claim.run
+
+
+def test_the_committed_plan_judges_the_dose_response_with_the_paired_interval():
+    assert C.load_plan().test("dose_response").interval == C.PAIRED_CLASSES
 
 
 def test_the_paired_interval_of_a_claim_is_computed_from_the_per_image_rows(tmp_path, demo):

@@ -88,17 +88,20 @@ def test_the_design_rows_of_a_judged_run(tmp_path):
     files = _write(tmp_path, HOLDS, demo)
     inp = C.read_inputs(demo, summary_csv=files["summary_csv"],
                         per_image_csv=files["per_image_csv"],
-                        hsic_files=files["hsic_files"], dose_csv=files["dose_csv"], plan=PLAN)
+                        hsic_files=files["hsic_files"], dose_csv=files["dose_csv"],
+                        dose_per_image=files["dose_per_image"], plan=PLAN)
     claims = C.judged_claims(inp)
     table, left_out = power.attacc_design(claims, PLAN.alpha, PLAN.power)
     # AT-AT against each of the 7 baselines for both attacks, the 3 HSIC premises, BiDO**,
-    # Unseen-Pixels: 4 factors each; the dose-response's variants have no per-image rows
+    # Unseen-Pixels, the dose-response's endpoints (their own per-image files): 4 factors each
     parts = table.drop_duplicates(["claim", "part"])
-    assert len(parts) == 2 * 7 + 3 + 1 + 1 and len(table) == 4 * len(parts)
+    assert len(parts) == 2 * 7 + 3 + 1 + 1 + 1 and len(table) == 4 * len(parts)
     # the committed plan's interval (revision 2: paired)
     assert set(table["interval"]) == {C.PAIRED_CLASSES} and set(table["k"]) == {20}
     assert set(table["m"]) == {5} and list(table["m_prime"][:4]) == [5, 10, 15, 20]
-    assert [x.split(":")[0] for x in left_out] == ["dose_response/lambda 1 minus 0"]
+    assert left_out == []
+    dose = table[table["claim"] == "dose_response"]
+    assert list(dose["part"].unique()) == ["lambda 1 minus 0"]
     row = table[(table["claim"] == "atat_ppa") & (table["part"] == "MID AttAcc@1")].iloc[0]
     p = inp.per_image
     rows = [p[(p["defense"] == d) & (p["attack"] == "ppa")] for d in ("atat", "mid")]
@@ -114,3 +117,33 @@ def test_the_design_rows_of_a_judged_run(tmp_path):
     assert up["power_at_zero_difference"].notna().all() and up["power_at_theta"].isna().all()
     assert (np.diff(up["se_projected"]) <= 0).all()
     assert isinstance(table, pd.DataFrame)
+
+
+def test_the_power_tool_reads_the_dose_response_endpoints_files(tmp_path):
+    """``_claims_of_run`` reads a run's files where the claims rule's inputs are
+    (atat.analysis.paper.claims_inputs), the dose-response endpoints' per-image files among
+    them: its dose-response part has both sides class by class."""
+    import shutil
+
+    import yaml
+
+    from atat.analysis.paper import Plan, claims_inputs
+    from atat.plan.config import model_runs
+
+    demo = load_config(PAPER, DEMO, ROOT / "tests" / "data" / "demo_dose_response.yaml")
+    files = _write(tmp_path, HOLDS, demo)
+    regressions = yaml.safe_load((ROOT / "config" / "regressions.yaml").read_text())
+    where = claims_inputs(Plan(demo, model_runs(demo), regressions))
+    run = tmp_path / "run"
+    ends = where["dose_per_image"]
+    assert [f.split("/")[4] for f in ends] == ["nodef", "atat_w1"]
+    for src, rel in ((files["summary_csv"], where["summary"]),
+                     (files["per_image_csv"], where["per_image"]),
+                     (files["dose_csv"], where["dose"]), *zip(files["dose_per_image"], ends)):
+        (run / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(src, run / rel)
+    claims, plan = power._claims_of_run(run, demo)
+    (dose,) = [c for c in claims if c.claim == "dose_response"]
+    (part,) = dose.parts
+    assert part.est is not None and part.pairs is not None and part.pairs.k == 20
+    assert part.test.interval == plan.test("dose_response").interval == C.PAIRED_CLASSES

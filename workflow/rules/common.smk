@@ -326,10 +326,15 @@ def all_targets():
 
 def claims_rule_inputs(wildcards):
     """Named inputs of the claims table (atat.analysis.paper.claims_inputs): the files the plan
-    builds, the claims cell's HSIC files as hsic_<defense>."""
+    builds, the claims cell's HSIC files as hsic_<defense>, the dose-response endpoints'
+    per-image files as the list dose_per_image (where the plan sweeps lambda)."""
     found = claims_inputs(PLAN)
-    named = {k: v for k, v in found.items() if k != "hsic" and v is not None}
+    named = {
+        k: v for k, v in found.items() if k not in ("hsic", "dose_per_image") and v is not None
+    }
     named.update({f"hsic_{d}": f for d, f in found["hsic"].items()})
+    if found["dose_per_image"]:
+        named["dose_per_image"] = found["dose_per_image"]
     return named
 
 

@@ -35,7 +35,7 @@ differences of means (per-class mean distances) and for the log ratio of mean pe
 fits' Wald z on the logit scale (App. G, H). Inputs are the workflow's own
 outputs; numbers that have a home elsewhere come from it (the rates: :func:`atat.analysis.tables.
 main_results`; the causal fit: :func:`atat.analysis.stats.causal.causal_table`; the dose-response
-points: its table). The table records the plan's sha256 and whether the plan file was
+points: its table, and its two endpoint models' per-image files for the paired interval). The table records the plan's sha256 and whether the plan file was
 modified after the run's first inversion record was written (:func:`plan_status`).
 """
 
@@ -618,6 +618,9 @@ class Inputs:
     dataset: str
     architecture: str
     plan: AnalysisPlan = dataclasses.field(default_factory=load_plan)
+    #: the per-image rows of the dose-response sweep's endpoint models (their per-image files,
+    #: atat.analysis.paper.dose_endpoint_per_image): not in ``per_image``, the grid's models only
+    dose_images: pd.DataFrame | None = None
 
     def defenses_of(self, *types: str) -> list[str]:
         """The standard variant of each defense type (the defense named after its type)."""
@@ -1075,18 +1078,18 @@ def _dose_claim(inp: Inputs) -> list[Claim]:
 
 def _dose_difference(inp: Inputs, t: Test, lo_row: pd.Series, hi_row: pd.Series, attack: str
                      ) -> tuple[Estimate | None, ClassPairs | None, str]:
-    """The dose-response's AttAcc@1 difference (largest lambda minus smallest). Newcombe reads
-    the table's rates; the paired interval needs both endpoints' per-image rows, which
-    results/inversion/per_image.csv holds for the grid's models only (a generated variant's
-    are not among the claims' inputs): without them the part is not testable, and says so."""
+    """The dose-response's AttAcc@1 difference (largest lambda minus smallest), with the
+    interval the plan names (:func:`_rate_estimate`). Newcombe reads the table's rates; the
+    paired interval pairs the two endpoint models class by class from their per-image rows
+    (``inp.dose_images``, the endpoints' own per-image files: a generated variant is not in
+    results/inversion/per_image.csv): without them the part is not testable, and says so."""
     col, ncol = f"{attack}_attacc1", f"{attack}_n_images"
     dr = inp.config["dose_response"]
     dataset, arch = str(dr.get("dataset", inp.dataset)), str(dr.get("architecture",
                                                                      inp.architecture))
     defenses = [str(r["defense"]) if "defense" in r and pd.notna(r["defense"]) else None
                 for r in (hi_row, lo_row)]
-    rows = [inp.images(dfn, attack, dataset, arch) if dfn else pd.DataFrame()
-            for dfn in defenses]
+    rows = [_dose_images(inp, dfn, attack, dataset, arch) for dfn in defenses]
 
     def newcombe_estimate() -> Estimate:
         return rate_difference(hi_row[col], int(hi_row[ncol]), lo_row[col], int(lo_row[ncol]),
@@ -1094,13 +1097,25 @@ def _dose_difference(inp: Inputs, t: Test, lo_row: pd.Series, hi_row: pd.Series,
     if t.interval == PAIRED_CLASSES and any(r.empty for r in rows):
         lam = [f"lambda {r['weight_adv']:g} ({dfn or 'no defense column'})"
                for r, dfn, g in zip((hi_row, lo_row), defenses, rows) if g.empty]
-        return None, None, ("the paired interval needs per-image rows, and "
-                            "results/inversion/per_image.csv has none of " + ", ".join(lam))
+        return None, None, ("the paired interval needs per-image rows, and the "
+                            "dose-response endpoints' per-image files have none of "
+                            + ", ".join(lam))
     if any(r.empty for r in rows):
         return newcombe_estimate(), None, ""
     names = tuple(f"{dataset}/{arch}/{dfn} ({attack})" for dfn in defenses)
     est, pairs = _rate_estimate(inp, t, rows[0], rows[1], names, newcombe_estimate)
     return est, pairs, ""
+
+
+def _dose_images(inp: Inputs, defense: str | None, attack: str, dataset: str,
+                 architecture: str) -> pd.DataFrame:
+    """The per-image rows of every model of ``defense`` among the dose-response endpoints'
+    (all their seeds, pooled per class as the dose-response table pools them)."""
+    p = inp.dose_images
+    if defense is None or p is None or p.empty:
+        return pd.DataFrame()
+    return p[(p["dataset"] == dataset) & (p["architecture"] == architecture)
+             & (p["defense"] == defense) & (p["attack"] == attack)]
 
 
 def build_claims(inp: Inputs) -> pd.DataFrame:
@@ -1195,8 +1210,10 @@ def read_inputs(config: Mapping[str, Any], *, summary_csv: str | Path,
                 regressions_csv: str | Path | None = None, cost_csv: str | Path | None = None,
                 hsic_files: Mapping[str, str | Path] | None = None,
                 preconditions_csv: str | Path | None = None,
-                dose_csv: str | Path | None = None) -> Inputs:
-    """The claims' inputs read from a run's files (the claims rule's inputs)."""
+                dose_csv: str | Path | None = None,
+                dose_per_image: Sequence[str | Path] = ()) -> Inputs:
+    """The claims' inputs read from a run's files (the claims rule's inputs;
+    ``dose_per_image``: the dose-response endpoints' per-image files, concatenated)."""
     from atat.analysis.stats.causal import causal_table
     from atat.analysis.stats.regression import causal_sample
     from atat.analysis.tables import main_results
@@ -1212,7 +1229,9 @@ def read_inputs(config: Mapping[str, Any], *, summary_csv: str | Path,
                  hsic={d: io.read_json(p) for d, p in (hsic_files or {}).items()},
                  preconditions=_read(preconditions_csv),
                  dose=_read(dose_csv), dataset=claims_cell(config)[0],
-                 architecture=claims_cell(config)[1], plan=plan)
+                 architecture=claims_cell(config)[1], plan=plan,
+                 dose_images=(pd.concat([pd.read_csv(f) for f in dose_per_image],
+                                        ignore_index=True) if dose_per_image else None))
     return inp
 
 
@@ -1221,10 +1240,12 @@ def claims_table(config: Mapping[str, Any], *, summary_csv: str | Path, per_imag
                  cost_csv: str | Path | None = None,
                  hsic_files: Mapping[str, str | Path] | None = None,
                  preconditions_csv: str | Path | None = None,
-                 dose_csv: str | Path | None = None, plan: str | Path = PLAN_PATH,
+                 dose_csv: str | Path | None = None,
+                 dose_per_image: Sequence[str | Path] = (), plan: str | Path = PLAN_PATH,
                  records: Sequence[str | Path] = ()) -> pd.DataFrame:
     """Write results/tables/claims.{csv,md} and, with a causal experiment in the summary,
-    results/tables/seed_variation.{csv,md} (``outputs``: those paths, by name). ``plan``: the
+    results/tables/seed_variation.{csv,md} (``outputs``: those paths, by name;
+    ``dose_per_image``: the dose-response endpoints' per-image files). ``plan``: the
     analysis plan (config/analysis/claims.yaml); ``records``: the run's inversion records, whose
     times :func:`plan_status` compares with the plan's."""
     from atat.analysis.tables import to_markdown
@@ -1234,7 +1255,7 @@ def claims_table(config: Mapping[str, Any], *, summary_csv: str | Path, per_imag
     inp = read_inputs(config, summary_csv=summary_csv, per_image_csv=per_image_csv,
                       regressions_csv=regressions_csv, cost_csv=cost_csv,
                       hsic_files=hsic_files, preconditions_csv=preconditions_csv,
-                      dose_csv=dose_csv, plan=the_plan)
+                      dose_csv=dose_csv, dose_per_image=dose_per_image, plan=the_plan)
     summary = inp.summary
     table = build_claims(inp)
     table["plan_sha256"] = the_plan.sha256

@@ -341,6 +341,11 @@ def unseen_pixel_runs(plan: Plan) -> list[Any]:
             and r.seed == plan.first_seed]
 
 
+def per_image_file(run: Any, attack: str) -> str:
+    """The per-image records of one attacked model (rule invert): one row per attacked image."""
+    return f"results/inversion/{run.path}/{attack}/per_image.csv"
+
+
 def _inversion_targets(plan: Plan) -> list[str]:
     if not plan.attacks:
         return []
@@ -689,8 +694,10 @@ def claims_cell(config: Mapping[str, Any]) -> tuple[str, str]:
 def claims_inputs(plan: Plan) -> dict[str, Any]:
     """What :func:`atat.analysis.claims.claims_table` reads under this plan: the summary and the
     per-image table, and -- where the plan builds them -- the regressions, the cost of
-    privacy, the preconditions, the dose-response table (None where not built) and the HSIC
-    files of the claims cell's first-seed models (defense -> file)."""
+    privacy, the preconditions, the dose-response table (None where not built), the HSIC
+    files of the claims cell's first-seed models (defense -> file) and the per-image files of
+    the dose-response sweep's endpoints (``dose_per_image``, :func:`dose_endpoint_per_image`;
+    [] without a sweep)."""
     def first(entry_id: str, suffix: str) -> str | None:
         return next((t for t in output(entry_id).targets(plan) if t.endswith(suffix)), None)
 
@@ -703,7 +710,22 @@ def claims_inputs(plan: Plan) -> dict[str, Any]:
             "regressions": first("regressions", "regressions.csv"),
             "cost": first("cost_of_privacy", ".csv"), "preconditions": first("preconditions",
                                                                               ".csv"),
-            "dose": first("dose_response", ".csv"), "hsic": hsic}
+            "dose": first("dose_response", ".csv"), "hsic": hsic,
+            "dose_per_image": dose_endpoint_per_image(plan)}
+
+
+def dose_endpoint_per_image(plan: Plan) -> list[str]:
+    """The per-image files (:func:`per_image_file`) of the dose-response sweep's two endpoints,
+    its smallest and largest lambda (the first and last of
+    :func:`atat.plan.config.dose_response_points`): every model of theirs the dose-response
+    table pools (its own summary's records, :data:`SUMMARY_SELECTIONS`), attacked by the
+    sweep's attack. The claims table pairs them class by class; [] without a sweep."""
+    points = dose_response_points(plan.config)
+    if not points or not plan.attacks:
+        return []
+    ends = {points[0].defense, points[-1].defense}
+    return [per_image_file(rec.run, a) for rec in SUMMARY_SELECTIONS["dose_response"](plan)
+            if rec.run.defense in ends for a in rec.attacks]
 
 
 def _claims_targets(plan: Plan) -> list[str]:
@@ -1024,7 +1046,7 @@ def _main_table_selection(table: str) -> Callable[[Plan], list[RunRecords]]:
         # of each (dataset, architecture, defense) with rows in the table's per-image rows
         files = set(per_image_selection(plan, table) or [])
         keys = {(r.dataset, r.architecture, r.defense) for r in grid_runs(plan)
-                if any(f"results/inversion/{r.path}/{a}/per_image.csv" in files
+                if any(per_image_file(r, a) in files
                        for a in run_attacks(plan.config, r))}
         return _records(plan, [r for r in plan.runs if r.treatment is None
                                and (r.dataset, r.architecture, r.defense) in keys])
@@ -1110,11 +1132,11 @@ def per_image_selection(plan: Plan, entry_id: str) -> list[str] | None:
         return None
     if entry_id == "figure4":  # atat.analysis.figures.privacy_points: its points' models' rows
         arch = main_architecture(plan.config)
-        return [f"results/inversion/{r.path}/{a}/per_image.csv" for r in grid_runs(plan)
+        return [per_image_file(r, a) for r in grid_runs(plan)
                 for a in run_attacks(plan.config, r) if r.architecture == arch
                 and r.defense in FIGURE4_TYPES and is_standard_variant(plan.config, r.defense)]
     layout = main_table_layout(int(table_number(entry_id)), plan.config)
-    return [f"results/inversion/{r.path}/{a}/per_image.csv" for r in grid_runs(plan)
+    return [per_image_file(r, a) for r in grid_runs(plan)
             for a in run_attacks(plan.config, r)
             if r.dataset in layout["datasets"] and r.architecture in layout["architectures"]
             and a in layout["attacks"]]
@@ -1161,6 +1183,7 @@ def output_reads(plan: Plan, entry_id: str) -> list[str]:
                 reads += list(reconstruction_models(plan, d, a, atk).values())
     elif entry_id == "claims":
         found = claims_inputs(plan)
-        reads += [v for k, v in found.items() if k != "hsic" and v is not None]
-        reads += list(found["hsic"].values())
+        reads += [v for k, v in found.items()
+                  if k not in ("hsic", "dose_per_image") and v is not None]
+        reads += list(found["hsic"].values()) + found["dose_per_image"]
     return list(dict.fromkeys(reads))

@@ -220,7 +220,9 @@ def _claims_of_run(run: Path, config: Mapping[str, Any]) -> tuple[list[Any], Any
                         hsic_files={d: run / f for d, f in files["hsic"].items()
                                     if (run / f).exists()},
                         preconditions_csv=here(files["preconditions"]),
-                        dose_csv=here(files["dose"]), plan=the_plan)
+                        dose_csv=here(files["dose"]),
+                        dose_per_image=[run / f for f in files["dose_per_image"]
+                                        if (run / f).exists()], plan=the_plan)
     return C.judged_claims(inp), the_plan
 
 
