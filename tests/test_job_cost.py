@@ -547,3 +547,22 @@ def test_the_fixed_part_imports_what_the_called_functions_import_when_they_run(t
     assert "pyautoattack" in script_modules(scripts["autoattack"])
     pq = script_modules(scripts["prior_quality"])
     assert {"atat.inversion.evaluation", "atat.inversion.stylegan2", "atat.data.loading"} <= set(pq)
+
+
+def test_calibration_records_its_regime_and_companions_stop(tmp_path):
+    """--side-by-side N: the CSV says how many jobs ran side by side and the rates' name says
+    it; the companions run while the block runs and are gone after it."""
+    from atat.lab import forecast as fc
+
+    path = tmp_path / "cpu.csv"
+    fc.write_units({"resnet18@32/fb": 0.004, "job_overhead": 4.0}, path, side_by_side=2)
+    assert "2 jobs side by side" in fc.read_cpu_rates(path).name
+    fc.write_units({"resnet18@32/fb": 0.004, "job_overhead": 4.0}, path)
+    assert "side by side" not in fc.read_cpu_rates(path).name
+    comp = fc.Companions(2, [])
+    comp.cmd = [sys.executable, "-c", "import time; time.sleep(60)"]
+    with comp:
+        assert len(comp.procs) == 2 and all(p.poll() is None for p in comp.procs)
+    assert all(p.poll() is not None for p in comp.procs)
+    with fc.Companions(0, []) as none:
+        assert none.procs == []

@@ -94,7 +94,9 @@ def read_cpu_rates(path: Path = CPU_CSV) -> CpuRates:
     over = [float(r["cpu_s"]) for r in rows if r["key"] == "job_overhead"]
     if not over:
         raise ValueError(f"{path}: no job_overhead row")
-    return CpuRates(per, over[0], name=f"CPU, one thread ({rows[0].get('cpu', '?')}, "
+    n = int(rows[0].get("side_by_side") or 1)
+    regime = "one thread" if n == 1 else f"one thread, {n} jobs side by side"
+    return CpuRates(per, over[0], name=f"CPU, {regime} ({rows[0].get('cpu', '?')}, "
                                        f"{rows[0].get('date', '?')})", rule_overhead_s=rule_over)
 
 
@@ -449,7 +451,7 @@ def needed_units(jobs: Sequence[tuple[str, Mapping[str, str], int | None]],
 
 
 def calibrate_units(config: Mapping[str, Any], needed: set[tuple[str, int, str]], *,
-                    repeats: int = 3) -> dict[str, float]:
+                    repeats: int = 3, quiet: bool = False) -> dict[str, float]:
     """CPU seconds per image (per step for ``step``) of every network, generator training step
     and image painter in ``needed`` (random weights, one thread, process CPU time)."""
     import torch
@@ -534,7 +536,10 @@ def calibrate_units(config: Mapping[str, Any], needed: set[tuple[str, int, str]]
                                    kind)
         else:
             units[key] = timed_net(build_model(network, 20), r, batch, kind)
-        print(f"{key:45s} {units[key]:.6g} CPU-s", flush=True)
+        if not quiet:
+            print(f"{key:45s} {units[key]:.6g} CPU-s", flush=True)
+    if quiet:
+        return units
     units["job_overhead"] = fresh_import_cpu(
         ["snakemake.script", "torch", "torchvision", "atat.training.train", "atat.robustness",
          "atat.inversion.run", "atat.base.io"], repeats)
@@ -700,12 +705,47 @@ def _cpu_name() -> str:
     return platform.processor() or "unknown CPU"
 
 
-def write_units(units: Mapping[str, float], path: Path = CPU_CSV) -> None:
+def write_units(units: Mapping[str, float], path: Path = CPU_CSV, *, side_by_side: int = 1
+                ) -> None:
     from atat.base import io
 
-    meta = {"date": time.strftime("%Y-%m-%d"), "cpu": _cpu_name(), "threads": 1}
-    io.write_csv_rows(path, ["key", "cpu_s", "date", "cpu", "threads"],
+    meta = {"date": time.strftime("%Y-%m-%d"), "cpu": _cpu_name(), "threads": 1,
+            "side_by_side": side_by_side}
+    io.write_csv_rows(path, ["key", "cpu_s", "date", "cpu", "threads", "side_by_side"],
                       ({"key": k, "cpu_s": f"{v:.6g}", **meta} for k, v in units.items()))
+
+
+class Companions:
+    """``n`` companion processes that repeat the same calibration (``calibrate --companion``)
+    while this one times, so every rate is measured with as many one-thread jobs beside it as
+    the run it forecasts keeps busy (``make demo``: 2 cores, one thread per job). Two
+    processes on the 2 vCPUs of the project's host slow each other's steps (the demo's
+    prior-training steps: ~200 ms side by side, against ~140 ms alone; docs/forecast.md), so a
+    rate timed alone under-counts a run that keeps both cores busy."""
+
+    def __init__(self, n: int, overlays: Sequence[str]):
+        self.cmd = [sys.executable, "-m", "atat.lab.forecast", "calibrate", "--companion"]
+        for c in overlays:
+            self.cmd += ["--configfile", str(c)]
+        self.n, self.procs = n, []
+
+    def __enter__(self) -> "Companions":
+        import subprocess
+
+        self.procs = [subprocess.Popen(self.cmd, stdout=subprocess.DEVNULL,
+                                       stderr=subprocess.DEVNULL) for _ in range(self.n)]
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        for p in self.procs:
+            p.kill()
+            p.wait()
+
+
+def companion_loop(config: Mapping[str, Any], needed: set[tuple[str, int, str]]) -> None:
+    """The companion's work: the same units' timings, again and again, until killed."""
+    while True:
+        calibrate_units(config, needed, repeats=1, quiet=True)
 
 
 # ---- command line ------------------------------------------------------------------------------
@@ -732,6 +772,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                     help="calibrate: the networks' rates, the rules' fixed parts, or both")
     ap.add_argument("--rules", help="calibrate: the rules whose fixed part to time "
                                     "(comma-separated; default every rule of the DAG)")
+    ap.add_argument("--side-by-side", type=int, default=1, metavar="N",
+                    help="calibrate: time with N - 1 companion processes repeating the same "
+                         "calibration (the run's busy cores; make demo: 2)")
+    ap.add_argument("--companion", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     configs = [ROOT / "config" / "config.yaml"] + [Path(c) for c in (args.configfile or [])]
     if args.command == "calibrate":
@@ -741,14 +785,21 @@ def main(argv: Sequence[str] | None = None) -> int:
             with open(CPU_CSV) as fh:
                 units = {r["key"]: float(r["cpu_s"]) for r in csv.DictReader(fh)}
         jobs, cfg = dag_jobs(overlays)
-        if args.only in ("all", "units"):
-            units.update(calibrate_units(cfg, needed_units(jobs, cfg), repeats=args.repeats))
-            write_units(units)
-        if args.only in ("all", "overhead"):
-            rules = (args.rules.split(",") if args.rules
-                     else sorted({rule for rule, _, _ in jobs}))
-            units.update(calibrate_overheads(rules, repeats=args.repeats))
-            write_units(units)
+        if args.companion:
+            companion_loop(cfg, needed_units(jobs, cfg))
+            return 0
+        if args.side_by_side < 1:
+            raise SystemExit(f"--side-by-side {args.side_by_side}: must be >= 1")
+        with Companions(args.side_by_side - 1, args.configfile or []):
+            if args.only in ("all", "units"):
+                units.update(calibrate_units(cfg, needed_units(jobs, cfg),
+                                             repeats=args.repeats))
+                write_units(units, side_by_side=args.side_by_side)
+            if args.only in ("all", "overhead"):
+                rules = (args.rules.split(",") if args.rules
+                         else sorted({rule for rule, _, _ in jobs}))
+                units.update(calibrate_overheads(rules, repeats=args.repeats))
+                write_units(units, side_by_side=args.side_by_side)
         for k, v in units.items():
             print(f"{k:45s} {v:.6g} CPU-s")
         print(f"written: {CPU_CSV}")
