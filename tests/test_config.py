@@ -35,7 +35,7 @@ def test_paper_and_demo_configs_are_valid(demo, demo_dogs):
 def test_the_dog_overlay_is_the_demo_plus_the_dogs():
     """config/overlays/demo-dogs.yaml restates demo.yaml's lists (lists replace lists): its
     grid is demo.yaml's plus Table 26's row, its inversion overrides the dogs' PPA exception
-    plus demo.yaml's, its prior the faces' recipe at 12,000 steps; the demo alone has no dogs
+    and budget (the first demo's 5 images per class) plus demo.yaml's, its prior the faces' recipe at 12,000 steps; the demo alone has no dogs
     (2026-12-06, docs/decisions.md#the-dog-breed-block-is-an-overlay)."""
     import yaml
 
@@ -49,8 +49,12 @@ def test_the_dog_overlay_is_the_demo_plus_the_dogs():
                 "note": ("demo dogs: the paper's dogs PPA (2x the faces' steps, lr 0.01, "
                          "RRC 0.75-1)"),
                 "set": {"ppa": {"steps": 60, "lr": 0.01, "rrc_scale": [0.75, 1.0]}}}
+    dog_budget = {"when": {"dataset": "synthdogs", "attack": "ppa"},
+                  "note": "demo dogs: 5 images per class (10 candidates), the block's first budget",
+                  "set": {"ppa": {"candidates": {"num_candidates": 10},
+                                  "final_selection": {"samples_per_target": 5}}}}
     assert dogs_raw["inversion"] == {
-        "overrides": [dog_rule, *demo_raw["inversion"]["overrides"]]}
+        "overrides": [dog_rule, dog_budget, *demo_raw["inversion"]["overrides"]]}
     faces = demo_raw["generators"]["synthfaces_public"]["train"]
     assert dogs_raw["generators"]["synthdogs_public"]["train"] == {
         **faces, "dataset": "synthdogs", "steps": 12000}

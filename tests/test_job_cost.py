@@ -303,10 +303,12 @@ def test_demo_cpu_forecast_against_the_measured_run():
     """The demo's DAG with the committed calibration against the run of be69179: the job
     counts per rule agree, and the rules holding most of the work stay within ±30%
     (docs/forecast.md; the small rules' misses are explained there). That run had the dog
-    breeds, an opt-in overlay since 2026-12-06: the DAG is the demo's with that overlay."""
+    breeds, an opt-in overlay since 2026-12-06, and the first design's inversion budgets: the
+    DAG is the demo's with that overlay and tests/data/demo_first_design.yaml."""
     from atat.lab import forecast as fc
 
-    jobs, config = fc.dag_jobs([DEMO, ROOT / "config" / "overlays" / "demo-dogs.yaml"])
+    jobs, config = fc.dag_jobs([DEMO, ROOT / "config" / "overlays" / "demo-dogs.yaml",
+                                ROOT / "tests" / "data" / "demo_first_design.yaml"])
     cpu = fc.read_cpu_rates(ROOT / "tests" / "data" / "forecast_cpu_2026-12-06.csv")
     rows = fc.forecast(jobs, config, gpu=None, cpu=cpu)
     cmp = {c["rule"]: c for c in fc.compare(
