@@ -362,16 +362,19 @@ def test_the_docs_are_pages_of_one_question_each():
 
 
 def test_the_readme_headline_repeats_the_quoted_runs_verdicts():
-    """The README's headline numbers are the quoted run's files' (docs/miniature.md's blocks,
-    refreshed by `make readme-tables`), so refreshing the blocks without the headline fails."""
-    mini = MINIATURE_MD.read_text(encoding="utf-8")
+    """The README's headline numbers are a quoted run's files': the verdict counts and the
+    preconditions' count of the claims and preconditions tables, as docs/miniature.md's blocks
+    (refreshed by `make readme-tables`) or docs/power.md (the run its design was decided from)
+    quote them; a headline that no page quotes fails."""
+    pages = {p: p.read_text(encoding="utf-8") for p in (MINIATURE_MD, ROOT / "docs" / "power.md")}
     readme = README.read_text(encoding="utf-8")
-    claims = re.search(r"(\d+) supported, (\d+) consistent, (\d+) inconclusive, "
-                       r"(\d+) contradicted, (\d+) not testable",
-                       mini[mini.index("<!-- from results/tables/claims.md -->"):])
-    assert claims and claims.group(0) in readme
-    checks = re.search(r"(\d+) of (\d+) checks passed",
-                       mini[mini.index("<!-- from results/tables/preconditions.md -->"):])
+    verdicts = (r"(\d+) supported, (\d+) smaller than the paper's, (\d+) contradicted, "
+                r"(\d+) too weak to say, (\d+) premise not met, (\d+) not testable")
+    head = re.search(verdicts, " ".join(readme.split()))
+    assert head, "README.md: no verdict counts in the headline"
+    quoted = [p for p, text in pages.items() if head.group(0) in " ".join(text.split())]
+    assert quoted, f"README.md's verdict counts '{head.group(0)}' are quoted by no docs page"
+    checks = re.search(r"(\d+) of (\d+) checks passed", " ".join(pages[quoted[0]].split()))
     assert checks and f"{checks[1]} of {checks[2]} checks pass" in readme
 
 
