@@ -495,6 +495,39 @@ def test_the_calibration_times_reads_and_knn_pairs_per_unit(demo):
     assert ("read", 32, "image") in need and ("knn", 512, "pair") in need
 
 
+def test_figure4_costs_a_panel_per_metric_of_each_attacked_main_cell(demo):
+    """Figure 4 draws one panel per inversion metric of each (cell, attack) on the main
+    architecture (no face distance on a dataset without faces); the calibration times a
+    panel of the same kind."""
+    from atat.analysis.summary import INVERSION_METRICS
+    from atat.lab import forecast as fc
+    from atat.plan.config import main_architecture
+
+    arch = main_architecture(demo)
+    faces = next(d for d, v in demo["datasets"].items() if v.get("faces"))
+    other = dict(demo, datasets={**demo["datasets"], "dogs": {"faces": False}})
+    jobs = [("invert", {"dataset": faces, "arch": arch, "defense": d, "seed": "0",
+                        "attack": a}, None) for d in ("nodef", "atat") for a in ("ppa", "ifgmi")]
+    jobs += [("invert", {"dataset": "dogs", "arch": arch, "defense": "nodef", "seed": "0",
+                         "attack": "ppa"}, None),
+             ("invert", {"dataset": faces, "arch": "not-" + arch, "defense": "nodef",
+                         "seed": "0", "attack": "ppdg"}, None),
+             ("figure4", {}, None)]
+    n = len(INVERSION_METRICS)
+    assert fc.figure4_panels(jobs, other) == 2 * n + (n - 1)
+    face_jobs = [j for j in jobs if j[1].get("dataset") != "dogs"]
+    fig = [j for j in fc.job_costs(face_jobs, demo) if j.rule == "figure4"][0]
+    assert [(p.network, p.kind, p.count) for p in fig.passes] == [("panel", "draw", 2 * n)]
+    calls = []
+
+    def fake_timer(fn, repeats):   # draws and saves once, "takes" 3 CPU-s
+        calls.append(fn())
+        return 3.0
+
+    assert fc.time_figure_panels(40, rows=1, cols=2, points=3, timer=fake_timer) == 1.5
+    assert calls == [None]
+
+
 def test_the_fixed_part_is_the_median_of_fresh_runs_read_from_their_exit_line():
     from atat.lab import forecast as fc
 

@@ -40,8 +40,8 @@ from typing import Any, Callable, Mapping, Sequence
 import yaml
 
 from atat.plan.job_cost import (AA_SURVIVAL, GMAC, CpuRates, GpuRates, JobCost, Pass,
-                                autoattack_epsilons, job_cost_for, runtime_request_min,
-                                stylegan_key)
+                                autoattack_epsilons, figure_cost, job_cost_for,
+                                runtime_request_min, stylegan_key)
 
 ROOT = Path(__file__).resolve().parents[3]
 CPU_CSV = ROOT / "results" / "bench" / "forecast_cpu.csv"
@@ -192,6 +192,34 @@ def autoattack_records(run_dir: str | Path, wc: Mapping[str, str], config: Mappi
     return out
 
 
+def figure4_panels(jobs: Sequence[tuple[str, Mapping[str, str], int | None]],
+                   config: Mapping[str, Any]) -> int:
+    """Figure 4's panels with points (atat.analysis.figures.accuracy_vs_privacy): one per
+    inversion metric of each (cell, attack) that rule invert attacks on the main
+    architecture, the face distance only on face datasets (its panels without an attack are
+    a line of text, not counted)."""
+    from atat.analysis.summary import INVERSION_METRICS
+    from atat.plan.config import main_architecture
+
+    arch = main_architecture(config)
+    cells = {(wc["dataset"], wc["attack"]) for rule, wc, _ in jobs
+             if rule == "invert" and wc.get("arch") == arch}
+    return sum(len(INVERSION_METRICS) - (0 if config["datasets"][ds].get("faces") else 1)
+               for ds, _ in cells)
+
+
+def job_costs(jobs: Sequence[tuple[str, Mapping[str, str], int | None]],
+              config: Mapping[str, Any]) -> list[JobCost]:
+    """Each DAG job's cost (:func:`atat.plan.job_cost.job_cost_for`; Figure 4 by its panels,
+    which the DAG's inversion jobs decide, :func:`figure4_panels`)."""
+    from atat.analysis.figures import DPI
+
+    panels = figure4_panels(jobs, config) if any(r == "figure4" for r, _, _ in jobs) else 0
+    return [figure_cost(rule, "/".join(map(str, wc.values())), panels=panels, dpi=DPI)
+            if rule == "figure4" else job_cost_for(rule, wc, config, gpu_mem_mb=mem)
+            for rule, wc, mem in jobs]
+
+
 def forecast(jobs: Sequence[tuple[str, Mapping[str, str], int | None]], config: Mapping[str, Any],
              *, gpu: GpuRates | None, cpu: CpuRates | None,
              run_dir: str | Path | None = None) -> list[RuleRow]:
@@ -218,8 +246,7 @@ def forecast(jobs: Sequence[tuple[str, Mapping[str, str], int | None]], config: 
             return float("nan")
         return cpu.seconds(job)
 
-    for rule, wc, mem in jobs:
-        job = job_cost_for(rule, wc, config, gpu_mem_mb=mem)
+    for (rule, wc, mem), job in zip(jobs, job_costs(jobs, config)):
         sec = seconds(job)
         by_rule[rule].append((job, sec))
         if rule == "autoattack" and run_dir is not None:
@@ -443,11 +470,57 @@ def time_knn_pairs(dim: int, n: int = 400, k: int = 3, repeats: int = 3,
     return (timer or _cpu_time)(lambda: manifold_coverage(q, ref, k), repeats) / (2 * n * n)
 
 
+def time_figure_panels(dpi: int, rows: int = 3, cols: int = 2, points: int = 9,
+                       repeats: int = 3,
+                       timer: Callable[[Callable[[], Any], int], float] | None = None) -> float:
+    """CPU seconds per panel of a Figure-4-like figure at ``dpi``: ``rows`` x ``cols``
+    panels of ``points`` labelled points with error bars in both axes (a cell's defenses),
+    laid out, drawn once for :func:`atat.analysis.figures.place_labels` and saved as a PNG
+    at ``dpi``, one thread."""
+    import matplotlib
+    import numpy as np
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from atat.analysis import figures
+
+    rng = np.random.default_rng(0)
+    x, y = rng.uniform(0.4, 0.9, points), rng.uniform(0.1, 0.6, points)
+    names = [f"defense {i}" for i in range(points)]
+
+    def draw(out: Path) -> None:
+        fig, axes = plt.subplots(rows, cols, squeeze=False, figsize=(4.6 * cols, 3.8 * rows))
+        for ax in axes.ravel():
+            for i in range(points):
+                ax.errorbar([x[i]], [y[i]], xerr=[[0.03], [0.03]], yerr=[[0.05], [0.05]],
+                            fmt="none", elinewidth=0.8, capsize=2, alpha=0.6)
+                ax.scatter(x[i], y[i], s=40)
+            ax.margins(0.15)
+            ax.set_xlabel("clean test accuracy (fraction)", fontsize=9)
+            ax.set_ylabel("AttAcc@1", fontsize=9)
+            ax.set_title("cell", fontsize=9)
+            ax.grid(alpha=0.3)
+        fig.suptitle("Bars: 95% intervals", fontsize=9)
+        fig.tight_layout()
+        fig.canvas.draw()
+        renderer = fig.canvas.get_renderer()
+        for ax in axes.ravel():
+            figures.place_labels(ax, list(x), list(y), names, marker_px=11.0,
+                                 renderer=renderer)
+        fig.savefig(out, format="png", dpi=dpi)
+        plt.close(fig)
+
+    with tempfile.TemporaryDirectory(prefix="atat-calibrate-") as tmp:
+        return (timer or _cpu_time)(lambda: draw(Path(tmp) / "panels.png"), repeats) / (
+            rows * cols)
+
+
 def needed_units(jobs: Sequence[tuple[str, Mapping[str, str], int | None]],
                  config: Mapping[str, Any]) -> set[tuple[str, int, str]]:
     """(network, resolution, kind) of every pass of the DAG's jobs."""
-    return {(p.network, p.resolution, p.kind) for rule, wc, _ in jobs
-            for p in job_cost_for(rule, wc, config).passes}
+    return {(p.network, p.resolution, p.kind) for job in job_costs(jobs, config)
+            for p in job.passes}
 
 
 def calibrate_units(config: Mapping[str, Any], needed: set[tuple[str, int, str]], *,
@@ -528,6 +601,8 @@ def calibrate_units(config: Mapping[str, Any], needed: set[tuple[str, int, str]]
             units[key] = time_image_reads(r, repeats=repeats)
         elif network == "knn" and kind == "pair":
             units[key] = time_knn_pairs(r, repeats=repeats)
+        elif network == "panel" and kind == "draw":
+            units[key] = time_figure_panels(r, repeats=repeats)
         elif network == "inception_v3":
             ev = config.get("evaluation_model") or {}
             inc = torchvision.models.inception_v3(weights=None, aux_logits=False,

@@ -498,6 +498,13 @@ def synthfaces_cost(name: str, *, n_images: int, resolution: int, domain: str = 
                    gpu=False)
 
 
+def figure_cost(rule: str, name: str, *, panels: int, dpi: int) -> JobCost:
+    """A figure drawn panel by panel (Figure 4: one panel per attack, metric and cell, each
+    a defense's points with intervals in both axes and placed labels), laid out and saved as
+    a PNG at ``dpi``: ``panels`` units ``panel@<dpi>/draw`` beside the process."""
+    return JobCost(rule, name, (Pass("panel", int(dpi), "draw", int(panels)),), gpu=False)
+
+
 def fixed_cost(rule: str, name: str) -> JobCost:
     """A job whose cost is its process (tables, figures, statistics)."""
     return JobCost(rule, name, (), gpu=False)
