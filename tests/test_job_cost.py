@@ -196,7 +196,8 @@ def test_profile_resources_reach_the_sbatch_command_line(tmp_path):
 def test_forecast_table_and_comparison(demo):
     from atat.lab import forecast as fc
 
-    cpu = jc.CpuRates({"resnet18@32/fb": 0.01, "resnet18@32/fwd": 0.003}, job_overhead_s=5.0)
+    cpu = jc.CpuRates({"resnet18@32/fb": 0.01, "resnet18@32/fwd": 0.003,
+                       "augment@32/image": 0.001}, job_overhead_s=5.0)
     jobs = [("train_model", dict(dataset="synthfaces", arch="resnet18", defense="nodef",
                                  seed="0"), None),
             ("train_model", dict(dataset="synthfaces", arch="resnet18", defense="atat",
@@ -207,7 +208,8 @@ def test_forecast_table_and_comparison(demo):
     assert by["train_model"].jobs == 2 and by["table4"].hours * 3600 == pytest.approx(5.0)
     n = 432 * 10   # the demo's 10 epochs of 432 images
     fwd = (11 * 108 + 432 + 1260) * 0.003   # validation every epoch, training and test passes
-    expect = (5 + n * 0.01 + fwd) + (5 + 7 * n * 0.01 + fwd)   # AT-AT: clean + adv + 5 PGD
+    aug = n * 0.001   # each epoch's training transform of each image, once per image
+    expect = (5 + n * 0.01 + fwd + aug) + (5 + 7 * n * 0.01 + fwd + aug)  # AT-AT: clean+adv+5 PGD
     assert by["train_model"].longest_job == "synthfaces/resnet18/atat/0"
     assert by["train_model"].hours * 3600 == pytest.approx(expect, rel=1e-6)
     text = fc.format_table(rows, max_runtime_min=None, n_gpus=4, device="test")
@@ -300,23 +302,26 @@ def test_ppdg_rounds_search_select_and_tune_as_the_attack_does():
 
 @pytest.mark.slow
 def test_demo_cpu_forecast_against_the_measured_run():
-    """The demo's DAG with the committed calibration against the run of be69179: the job
-    counts per rule agree, and the rules holding most of the work stay within ±30%
-    (docs/forecast.md; the small rules' misses are explained there). That run had the dog
-    breeds, an opt-in overlay since 2026-12-06, and the first design's inversion budgets: the
-    DAG is the demo's with that overlay and tests/data/demo_first_design.yaml."""
+    """The demo's DAG with the committed side-by-side calibration against the run from empty
+    of e82dbb4 on the calibration's host: the job counts per rule agree and every rule with
+    >= 10 measured CPU-s is within ±30% except AutoAttack, whose expected work needs the
+    run's records (0.99 with ``--run``, docs/forecast.md) and here is its upper bound. That run had
+    the dog breeds, an opt-in overlay since 2026-12-06, and the first design's inversion
+    budgets: the DAG is the demo's with that overlay and tests/data/demo_first_design.yaml."""
     from atat.lab import forecast as fc
 
     jobs, config = fc.dag_jobs([DEMO, ROOT / "config" / "overlays" / "demo-dogs.yaml",
                                 ROOT / "tests" / "data" / "demo_first_design.yaml"])
-    cpu = fc.read_cpu_rates(ROOT / "tests" / "data" / "forecast_cpu_2026-12-06.csv")
+    cpu = fc.read_cpu_rates(ROOT / "tests" / "data" / "forecast_cpu_2026-12-06-sbs.csv")
     rows = fc.forecast(jobs, config, gpu=None, cpu=cpu)
     cmp = {c["rule"]: c for c in fc.compare(
-        rows, fc.read_measured(ROOT / "tests" / "data" / "demo_jobstats_be69179.csv"))}
+        rows, fc.read_measured(ROOT / "tests" / "data" / "demo_jobstats_e82dbb4.csv"))}
     assert all(c["jobs_measured"] == c["jobs_forecast"] for c in cmp.values()), cmp
-    for rule in ("invert", "train_generator", "train_model", "train_evaluation_model"):
-        assert cmp[rule]["within"], (rule, cmp[rule]["ratio"])
-    assert cmp["autoattack"]["ratio"] > 1      # the upper bound
+    assert len(cmp) == 15
+    for rule, c in cmp.items():
+        if rule != "autoattack":
+            assert c["within"], (rule, c["ratio"])
+    assert cmp["autoattack"]["ratio"] > 1.3      # the upper bound; the records give 0.99
 
 
 # ---- AutoAttack's expected work, prior_quality's terms, the fixed part (issue 43) ----------
@@ -514,18 +519,54 @@ def test_figure4_costs_a_panel_per_metric_of_each_attacked_main_cell(demo):
                          "seed": "0", "attack": "ppdg"}, None),
              ("figure4", {}, None)]
     n = len(INVERSION_METRICS)
-    assert fc.figure4_panels(jobs, other) == 2 * n + (n - 1)
+    # rows: 2 attacks x n metrics; columns: 2 datasets; the dogs' PPA without a face distance
+    assert fc.figure4_panels(jobs, other) == (2 * n + (n - 1), 2 * n * 2 - (3 * n - 1))
     face_jobs = [j for j in jobs if j[1].get("dataset") != "dogs"]
     fig = [j for j in fc.job_costs(face_jobs, demo) if j.rule == "figure4"][0]
     assert [(p.network, p.kind, p.count) for p in fig.passes] == [("panel", "draw", 2 * n)]
+    fig = [j for j in fc.job_costs(jobs[:1] + jobs[-1:], demo) if j.rule == "figure4"][0]
+    assert [(p.kind, p.count) for p in fig.passes] == [("draw", n)]
     calls = []
 
     def fake_timer(fn, repeats):   # draws and saves once, "takes" 3 CPU-s
         calls.append(fn())
         return 3.0
 
-    assert fc.time_figure_panels(40, rows=1, cols=2, points=3, timer=fake_timer) == 1.5
-    assert calls == [None]
+    assert fc.time_figure_panels(40, datasets=2, classes=2, images=2,
+                                 timer=fake_timer) == pytest.approx(3.0 / (2 * n))
+    assert calls == [2 * n]                  # the panels Figure 4 drew
+    assert fc.time_blank_panels(40, rows=1, cols=2, timer=fake_timer) == 1.5
+    assert calls == [2 * n, None]
+
+
+def test_training_counts_each_epoch_s_transform_and_the_public_pool_s_real_holdout(demo):
+    """Every training job transforms each training image once per epoch (host work, no GPU
+    time); the public classifier trains on the pool less its per-identity holdout."""
+    from atat.lab import forecast as fc
+
+    job = jc.job_cost_for("train_face_embedding", {"dataset": "synthfaces"}, demo)
+    syn = demo["datasets"]["synthfaces"]["synthetic"]
+    ids, per = int(syn["n_public_identities"]), int(syn["public_images_per_identity"])
+    held = ids * max(1, round(jc.PUBLIC_HOLDOUT_FRACTION * per))
+    epochs = int(demo["face_embedding"]["training"]["epochs"])
+    by = {(p.network, p.kind): p.count for p in job.passes}
+    assert by[("augment", "image")] == epochs * (ids * per - held)
+    assert by[("resnet18", "fb")] == epochs * (ids * per - held)
+    model = jc.job_cost_for("train_model", {"dataset": "synthfaces", "arch": "resnet18",
+                                            "defense": "nodef", "seed": "0"}, demo)
+    aug = [p for p in model.passes if p.network == "augment"]
+    assert len(aug) == 1 and aug[0].kind == "image" and aug[0].count > 0
+    assert jc.GpuRates().pass_seconds(aug[0]) == 0.0
+    calls = []
+
+    def fake_timer(fn, repeats):
+        calls.append(len(fn()))
+        return 2.0
+
+    assert fc.time_augment(8, demo["augmentation"], n=4, timer=fake_timer) == 0.5
+    assert calls == [4]
+    need = fc.needed_units([("train_face_embedding", {"dataset": "synthfaces"}, None)], demo)
+    assert ("augment", 32, "image") in need
 
 
 def test_the_fixed_part_is_the_median_of_fresh_runs_read_from_their_exit_line():

@@ -193,19 +193,23 @@ def autoattack_records(run_dir: str | Path, wc: Mapping[str, str], config: Mappi
 
 
 def figure4_panels(jobs: Sequence[tuple[str, Mapping[str, str], int | None]],
-                   config: Mapping[str, Any]) -> int:
-    """Figure 4's panels with points (atat.analysis.figures.accuracy_vs_privacy): one per
-    inversion metric of each (cell, attack) that rule invert attacks on the main
-    architecture, the face distance only on face datasets (its panels without an attack are
-    a line of text, not counted)."""
+                   config: Mapping[str, Any]) -> tuple[int, int]:
+    """Figure 4's panels (atat.analysis.figures.accuracy_vs_privacy): ``(drawn, blank)``.
+    A row per (attack, inversion metric) present, a column per dataset that rule invert
+    attacks on the main architecture; drawn: the panels of each (cell, attack) attacked, the
+    face distance only on face datasets; blank: the grid's others (a line of text saying
+    the attack did not run there)."""
     from atat.analysis.summary import INVERSION_METRICS
     from atat.plan.config import main_architecture
 
     arch = main_architecture(config)
     cells = {(wc["dataset"], wc["attack"]) for rule, wc, _ in jobs
              if rule == "invert" and wc.get("arch") == arch}
-    return sum(len(INVERSION_METRICS) - (0 if config["datasets"][ds].get("faces") else 1)
-               for ds, _ in cells)
+    faces = {ds for ds, _ in cells if config["datasets"][ds].get("faces")}
+    per = {ds: len(INVERSION_METRICS) - (0 if ds in faces else 1) for ds, _ in cells}
+    drawn = sum(per[ds] for ds, _ in cells)
+    rows = len({a for _, a in cells}) * (len(INVERSION_METRICS) - (0 if faces else 1))
+    return drawn, rows * len({ds for ds, _ in cells}) - drawn
 
 
 def job_costs(jobs: Sequence[tuple[str, Mapping[str, str], int | None]],
@@ -214,8 +218,10 @@ def job_costs(jobs: Sequence[tuple[str, Mapping[str, str], int | None]],
     which the DAG's inversion jobs decide, :func:`figure4_panels`)."""
     from atat.analysis.figures import DPI
 
-    panels = figure4_panels(jobs, config) if any(r == "figure4" for r, _, _ in jobs) else 0
-    return [figure_cost(rule, "/".join(map(str, wc.values())), panels=panels, dpi=DPI)
+    drawn, blank = (figure4_panels(jobs, config) if any(r == "figure4" for r, _, _ in jobs)
+                    else (0, 0))
+    return [figure_cost(rule, "/".join(map(str, wc.values())), panels=drawn, blank=blank,
+                        dpi=DPI)
             if rule == "figure4" else job_cost_for(rule, wc, config, gpu_mem_mb=mem)
             for rule, wc, mem in jobs]
 
@@ -454,6 +460,24 @@ def time_image_reads(resolution: int, n: int = 64, repeats: int = 3,
         return (timer or _cpu_time)(read, repeats) / n
 
 
+def time_augment(resolution: int, augmentation: Mapping[str, Any] | None, n: int = 200,
+                 repeats: int = 3,
+                 timer: Callable[[Callable[[], Any], int], float] | None = None) -> float:
+    """CPU seconds per image of the training transform at ``resolution``
+    (atat.data.loading.build_transform with the config's ``augmentation``) on ``n`` decoded
+    RGB images held in memory, as a training epoch transforms its cached images."""
+    import numpy as np
+    from PIL import Image
+
+    from atat.data.loading import build_transform
+
+    transform = build_transform(int(resolution), train=True, aug=augmentation)
+    rng = np.random.default_rng(0)
+    images = [Image.fromarray(rng.integers(0, 256, (resolution, resolution, 3), dtype=np.uint8))
+              for _ in range(n)]
+    return (timer or _cpu_time)(lambda: [transform(im) for im in images], repeats) / n
+
+
 def time_knn_pairs(dim: int, n: int = 400, k: int = 3, repeats: int = 3,
                    timer: Callable[[Callable[[], Any], int], float] | None = None) -> float:
     """CPU seconds per pairwise distance of rule prior_quality's k-NN statistics at feature
@@ -470,50 +494,71 @@ def time_knn_pairs(dim: int, n: int = 400, k: int = 3, repeats: int = 3,
     return (timer or _cpu_time)(lambda: manifold_coverage(q, ref, k), repeats) / (2 * n * n)
 
 
-def time_figure_panels(dpi: int, rows: int = 3, cols: int = 2, points: int = 9,
-                       repeats: int = 3,
-                       timer: Callable[[Callable[[], Any], int], float] | None = None) -> float:
-    """CPU seconds per panel of a Figure-4-like figure at ``dpi``: ``rows`` x ``cols``
-    panels of ``points`` labelled points with error bars in both axes (a cell's defenses),
-    laid out, drawn once for :func:`atat.analysis.figures.place_labels` and saved as a PNG
-    at ``dpi``, one thread."""
+def time_blank_panels(dpi: int, rows: int = 5, cols: int = 2, repeats: int = 3,
+                      timer: Callable[[Callable[[], Any], int], float] | None = None) -> float:
+    """CPU seconds per blank panel of Figure 4 at ``dpi`` (axes off, a line of text; laid
+    out, drawn and saved at a panel's size), one thread."""
     import matplotlib
-    import numpy as np
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from atat.analysis import figures
-
-    rng = np.random.default_rng(0)
-    x, y = rng.uniform(0.4, 0.9, points), rng.uniform(0.1, 0.6, points)
-    names = [f"defense {i}" for i in range(points)]
-
     def draw(out: Path) -> None:
         fig, axes = plt.subplots(rows, cols, squeeze=False, figsize=(4.6 * cols, 3.8 * rows))
         for ax in axes.ravel():
-            for i in range(points):
-                ax.errorbar([x[i]], [y[i]], xerr=[[0.03], [0.03]], yerr=[[0.05], [0.05]],
-                            fmt="none", elinewidth=0.8, capsize=2, alpha=0.6)
-                ax.scatter(x[i], y[i], s=40)
-            ax.margins(0.15)
-            ax.set_xlabel("clean test accuracy (fraction)", fontsize=9)
-            ax.set_ylabel("AttAcc@1", fontsize=9)
-            ax.set_title("cell", fontsize=9)
-            ax.grid(alpha=0.3)
-        fig.suptitle("Bars: 95% intervals", fontsize=9)
+            ax.axis("off")
+            ax.text(0.5, 0.5, "PPDG not run on\ncell", ha="center", va="center", fontsize=9,
+                    color="0.4", transform=ax.transAxes)
         fig.tight_layout()
         fig.canvas.draw()
-        renderer = fig.canvas.get_renderer()
-        for ax in axes.ravel():
-            figures.place_labels(ax, list(x), list(y), names, marker_px=11.0,
-                                 renderer=renderer)
         fig.savefig(out, format="png", dpi=dpi)
         plt.close(fig)
 
     with tempfile.TemporaryDirectory(prefix="atat-calibrate-") as tmp:
-        return (timer or _cpu_time)(lambda: draw(Path(tmp) / "panels.png"), repeats) / (
+        return (timer or _cpu_time)(lambda: draw(Path(tmp) / "blank.png"), repeats) / (
             rows * cols)
+
+
+def time_figure_panels(dpi: int, datasets: int = 2, classes: int = 20, images: int = 20,
+                       repeats: int = 3,
+                       timer: Callable[[Callable[[], Any], int], float] | None = None) -> float:
+    """CPU seconds per panel of Figure 4 at ``dpi``: :func:`atat.analysis.figures.
+    accuracy_vs_privacy` itself (the module's ``DPI`` set to ``dpi`` meanwhile) on a synthetic
+    summary of ``datasets`` face cells of the main architecture, each with NoDef, the seven
+    baselines and AT-AT attacked by one attack, every inversion metric present (per-class
+    means over a per-image table of ``classes`` x ``images`` per model), divided by its
+    drawn panels; one thread."""
+    import numpy as np
+    import pandas as pd
+
+    from atat.analysis import figures
+    from atat.analysis.paper import FIGURE4_TYPES
+    from atat.analysis.summary import INVERSION_METRICS
+
+    rng = np.random.default_rng(0)
+    n = classes * images     # rates are counts over their images (Wilson checks so)
+    models = [{"dataset": f"cell{k}", "architecture": "arch", "seed": 0, "defense": d,
+               "defense_type": d} for k in range(datasets) for d in FIGURE4_TYPES]
+    summary = pd.DataFrame([{**m, "test_acc": rng.integers(500, 1100) / 1260, "n_test": 1260,
+                             "ppa_n_images": n,
+                             **{f"ppa_{x}": rng.integers(0, n + 1) / n for x in INVERSION_METRICS}}
+                            for m in models])
+    per_image = pd.DataFrame([{**m, "attack": "ppa", "class": c,
+                               **{x: rng.uniform() for x in INVERSION_METRICS}}
+                              for m in models for c in range(classes) for _ in range(images)])
+
+    def draw(out: Path) -> int:
+        dpi_before, figures.DPI = figures.DPI, int(dpi)
+        try:
+            return figures.accuracy_vs_privacy(summary, out, attacks=["ppa"],
+                                               metrics=INVERSION_METRICS, architecture="arch",
+                                               per_image=per_image)
+        finally:
+            figures.DPI = dpi_before
+
+    with tempfile.TemporaryDirectory(prefix="atat-calibrate-") as tmp:
+        return (timer or _cpu_time)(lambda: draw(Path(tmp) / "figure4.png"), repeats) / (
+            len(INVERSION_METRICS) * datasets)
 
 
 def needed_units(jobs: Sequence[tuple[str, Mapping[str, str], int | None]],
@@ -601,8 +646,12 @@ def calibrate_units(config: Mapping[str, Any], needed: set[tuple[str, int, str]]
             units[key] = time_image_reads(r, repeats=repeats)
         elif network == "knn" and kind == "pair":
             units[key] = time_knn_pairs(r, repeats=repeats)
+        elif network == "augment" and kind == "image":
+            units[key] = time_augment(r, config.get("augmentation"), repeats=repeats)
         elif network == "panel" and kind == "draw":
             units[key] = time_figure_panels(r, repeats=repeats)
+        elif network == "panel" and kind == "blank":
+            units[key] = time_blank_panels(r, repeats=repeats)
         elif network == "inception_v3":
             ev = config.get("evaluation_model") or {}
             inc = torchvision.models.inception_v3(weights=None, aux_logits=False,

@@ -98,7 +98,11 @@ class GpuRates:
 
     def pass_seconds(self, p: Pass) -> float:
         """Seconds of pass ``p``: its FLOPs over the rate of its precision (``<precision>/
-        generator`` for a StyleGAN2 network where measured)."""
+        generator`` for a StyleGAN2 network where measured). Host work (kind ``image``: the
+        training transform of each image) costs no GPU time: the data loader's workers
+        (``training.num_workers``, 8 in the paper config) run it beside the GPU."""
+        if p.kind == "image":
+            return 0.0
         if p.kind == "step":
             raise ValueError(f"no GPU figure for optimiser steps of {p.network!r}")
         gmac = network_gmac(p.network, p.resolution)
@@ -189,14 +193,18 @@ def train_cost(name: str, *, architecture: str, resolution: int, n_train: int, n
                n_test: int, training: Mapping[str, Any], defense: Mapping[str, Any],
                precision: str = "tf32", rule: str = "train_model") -> JobCost:
     """One training job: epochs x training images x (1 + PGD) forward+backward, validation
-    every ``eval_every`` epochs, the training-accuracy and test passes. ``precision``: PyTorch's
-    default (cuDNN convolutions in TF32), as the authors trained."""
+    every ``eval_every`` epochs, the training-accuracy and test passes, and each epoch's
+    training transform of every training image (``augment@<resolution>/image``: random crop,
+    flip and colour jitter of a decoded image, host work). ``precision``: PyTorch's default
+    (cuDNN convolutions in TF32), as the authors trained."""
     epochs = int(training["epochs"])
     every = max(1, int(training.get("eval_every", 1) or 1))
     fb = epochs * n_train * _pgd_factor(defense)
     fwd = (epochs // every + 1) * n_val + n_train + n_test
     return JobCost(rule, name, (Pass(architecture, resolution, "fb", fb, precision),
-                                Pass(architecture, resolution, "fwd", fwd, precision)), gpu=True)
+                                Pass(architecture, resolution, "fwd", fwd, precision),
+                                Pass("augment", resolution, "image", epochs * n_train)),
+                   gpu=True)
 
 
 #: standard AutoAttack (Croce & Hein 2020, its ``standard`` version): iterations or queries,
@@ -415,10 +423,12 @@ def evaluation_model_cost(name: str, *, architecture: str, resolution: int, n_tr
 
 
 def public_classifier_cost(rule: str, name: str, *, architecture: str, resolution: int,
-                           n_images: int, training: Mapping[str, Any]) -> JobCost:
-    """A classifier of a public pool (face embedding, prior-quality instrument): 80/20
-    train/validation of the pool's images; a CPU job in the profile."""
-    n_val = int(round(0.2 * n_images))
+                           n_images: int, n_heldout: int, training: Mapping[str, Any]
+                           ) -> JobCost:
+    """A classifier of a public pool (face embedding, prior-quality instrument): trained on
+    the pool less the ``n_heldout`` images it validates on (:func:`public_heldout`); a CPU
+    job in the profile."""
+    n_val = int(n_heldout)
     job = train_cost(name, architecture=architecture, resolution=resolution,
                      n_train=n_images - n_val, n_val=n_val, n_test=0, training=training,
                      defense={}, rule=rule)
@@ -498,11 +508,15 @@ def synthfaces_cost(name: str, *, n_images: int, resolution: int, domain: str = 
                    gpu=False)
 
 
-def figure_cost(rule: str, name: str, *, panels: int, dpi: int) -> JobCost:
+def figure_cost(rule: str, name: str, *, panels: int, blank: int = 0, dpi: int) -> JobCost:
     """A figure drawn panel by panel (Figure 4: one panel per attack, metric and cell, each
-    a defense's points with intervals in both axes and placed labels), laid out and saved as
-    a PNG at ``dpi``: ``panels`` units ``panel@<dpi>/draw`` beside the process."""
-    return JobCost(rule, name, (Pass("panel", int(dpi), "draw", int(panels)),), gpu=False)
+    the defenses' points with intervals in both axes and placed labels), laid out and saved
+    as a PNG at ``dpi``: ``panels`` units ``panel@<dpi>/draw`` and ``blank`` units
+    ``panel@<dpi>/blank`` (the grid's panels of an attack not run there) beside the process."""
+    passes = [Pass("panel", int(dpi), "draw", int(panels))]
+    if blank:
+        passes.append(Pass("panel", int(dpi), "blank", int(blank)))
+    return JobCost(rule, name, tuple(passes), gpu=False)
 
 
 def fixed_cost(rule: str, name: str) -> JobCost:
@@ -727,9 +741,13 @@ def job_cost_for(rule: str, wc: Mapping[str, Any], config: Mapping[str, Any], *,
     if rule in ("train_face_embedding", "train_instrument_classifier"):
         ds = wc["dataset"]
         fe = config["face_embedding"]
+        syn = config["datasets"][ds].get("synthetic") or {}
         return public_classifier_cost(rule, name, architecture=str(fe.get("architecture", "resnet18")),
                                       resolution=int(fe["resolution"]),
                                       n_images=dataset_images(config, ds)[3],
+                                      n_heldout=public_heldout(
+                                          int(syn.get("n_public_identities", 0)),
+                                          int(syn.get("public_images_per_identity", 0))),
                                       training=fe.get("training") or {})
     if rule == "train_generator":
         t = config["generators"][wc["generator"]]["train"]
