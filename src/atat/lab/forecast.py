@@ -843,9 +843,9 @@ class Companions:
     """``n`` companion processes that repeat the same calibration (``calibrate --companion``)
     while this one times, so every rate is measured with as many one-thread jobs beside it as
     the run it forecasts keeps busy (``make demo``: 2 cores, one thread per job). Two
-    processes on the 2 vCPUs of the project's host slow each other's steps (the demo's
-    prior-training steps: ~200 ms side by side, against ~140 ms alone; docs/forecast.md), so a
-    rate timed alone under-counts a run that keeps both cores busy."""
+    processes on the 2 vCPUs of the project's host slow each other's steps a little (the
+    demo's prior-training step: 184-189 ms alone, 190-202 ms side by side on 2026-12-06;
+    docs/forecast.md), so a rate timed alone under-counts a run that keeps both cores busy."""
 
     def __init__(self, n: int, overlays: Sequence[str]):
         self.cmd = [sys.executable, "-m", "atat.lab.forecast", "calibrate", "--companion"]
