@@ -549,7 +549,9 @@ def test_figure4_costs_a_panel_per_metric_of_each_attacked_main_cell(demo):
         calls.append(fn())
         return 3.0
 
-    assert fc.time_figure_panels(40, datasets=2, classes=2, images=2,
+    from atat.analysis.figures import DPI
+
+    assert fc.time_figure_panels(DPI, datasets=2, classes=2, images=2,
                                  timer=fake_timer) == pytest.approx(3.0 / (2 * n))
     assert calls == [2 * n]                  # the panels Figure 4 drew
     assert fc.time_blank_panels(40, rows=1, cols=2, timer=fake_timer) == 1.5

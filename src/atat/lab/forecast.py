@@ -522,8 +522,8 @@ def time_blank_panels(dpi: int, rows: int = 5, cols: int = 2, repeats: int = 3,
 def time_figure_panels(dpi: int, datasets: int = 2, classes: int = 20, images: int = 20,
                        repeats: int = 3,
                        timer: Callable[[Callable[[], Any], int], float] | None = None) -> float:
-    """CPU seconds per panel of Figure 4 at ``dpi``: :func:`atat.analysis.figures.
-    accuracy_vs_privacy` itself (the module's ``DPI`` set to ``dpi`` meanwhile) on a synthetic
+    """CPU seconds per panel of Figure 4 at ``dpi`` (the figure module's ``DPI``, the only
+    resolution it saves at): :func:`atat.analysis.figures.accuracy_vs_privacy` itself on a synthetic
     summary of ``datasets`` face cells of the main architecture, each with NoDef, the seven
     baselines and AT-AT attacked by one attack, every inversion metric present (per-class
     means over a per-image table of ``classes`` x ``images`` per model), divided by its
@@ -535,6 +535,8 @@ def time_figure_panels(dpi: int, datasets: int = 2, classes: int = 20, images: i
     from atat.analysis.paper import FIGURE4_TYPES
     from atat.analysis.summary import INVERSION_METRICS
 
+    if int(dpi) != figures.DPI:
+        raise ValueError(f"panel@{dpi}: Figure 4 is saved at {figures.DPI} dpi only")
     rng = np.random.default_rng(0)
     n = classes * images     # rates are counts over their images (Wilson checks so)
     models = [{"dataset": f"cell{k}", "architecture": "arch", "seed": 0, "defense": d,
@@ -548,13 +550,9 @@ def time_figure_panels(dpi: int, datasets: int = 2, classes: int = 20, images: i
                               for m in models for c in range(classes) for _ in range(images)])
 
     def draw(out: Path) -> int:
-        dpi_before, figures.DPI = figures.DPI, int(dpi)
-        try:
-            return figures.accuracy_vs_privacy(summary, out, attacks=["ppa"],
-                                               metrics=INVERSION_METRICS, architecture="arch",
-                                               per_image=per_image)
-        finally:
-            figures.DPI = dpi_before
+        return figures.accuracy_vs_privacy(summary, out, attacks=["ppa"],
+                                           metrics=INVERSION_METRICS, architecture="arch",
+                                           per_image=per_image)
 
     with tempfile.TemporaryDirectory(prefix="atat-calibrate-") as tmp:
         return (timer or _cpu_time)(lambda: draw(Path(tmp) / "figure4.png"), repeats) / (
