@@ -9,6 +9,8 @@ rule train_model:
     output:
         model="results/models/{dataset}/{arch}/{defense}/seed{seed}/model.pt",
         metrics="results/models/{dataset}/{arch}/{defense}/seed{seed}/metrics.json",
+        # per test image: label, two clean passes' predictions (atat.training.train)
+        predictions="results/models/{dataset}/{arch}/{defense}/seed{seed}/test_predictions.csv",
     params:
         spec=train_spec,
         resume="results/.resume/{dataset}/{arch}/{defense}/seed{seed}/resume.pt",

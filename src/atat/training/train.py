@@ -111,15 +111,21 @@ def _set_rng_state(state: Mapping[str, Any]) -> None:
 
 @torch.no_grad()
 def evaluate(model: nn.Module, defense: Defense, loader: Any, device: torch.device,
-             topk: int = 5) -> dict[str, float]:
-    """Mean loss, top-1 and top-k accuracy on clean inputs (model in eval mode)."""
+             topk: int = 5, predictions: list[tuple[int, int]] | None = None
+             ) -> dict[str, float]:
+    """Mean loss, top-1 and top-k accuracy on clean inputs (model in eval mode); with
+    ``predictions`` (a list) each image's (label, top-1 prediction) is appended to it in the
+    loader's order."""
     model.eval()
     total, loss_sum, correct, correct_k = 0, 0.0, 0, 0
     for x, y in loader:
         x, y = x.to(device), y.to(device)
         loss, logits = defense.eval_loss(model, x, y)
         loss_sum += float(loss)
-        correct += int((logits.argmax(1) == y).sum())
+        pred = logits.argmax(1)
+        correct += int((pred == y).sum())
+        if predictions is not None:
+            predictions.extend(zip(y.tolist(), pred.tolist()))
         k = min(topk, logits.shape[1])
         correct_k += int((logits.topk(k, dim=1).indices == y[:, None]).any(1).sum())
         total += len(y)
@@ -474,16 +480,41 @@ def fit(model: nn.Module, method: TrainingMethod, *, name: str, n_classes: int,
     return {"best": run.best, "history": run.history, "train_seconds": run.wall_seconds}
 
 
+#: columns of a model's test_predictions.csv (:func:`train`)
+PREDICTION_COLUMNS = ["index", "label", "pred", "correct", "pred_repeat"]
+
+
+def _test_predictions(run: _Run, spec: TrainSpec, test_loader: Any, eval_bs: int,
+                      first: list[tuple[int, int]]) -> list[dict[str, int]]:
+    """Per test image (the whole split in its fixed order, also where ``val_drop_last`` made the
+    metrics' pass skip the last partial batch): label, the first clean pass's prediction (the
+    metrics' test pass where it covered the split) and a second clean pass's (same weights, eval
+    mode). The two agree unless the model is random at evaluation (MID's sampled bottleneck)."""
+    loader = test_loader
+    if test_loader.drop_last:
+        loader = make_loader(spec.dataset_root, "test", batch_size=eval_bs, train=False,
+                             **_loader_args(spec))
+        evaluate(run.model, run.method, loader, run.device, predictions=first)
+    repeat: list[tuple[int, int]] = []
+    evaluate(run.model, run.method, loader, run.device, predictions=repeat)
+    if [y for y, _ in first] != [y for y, _ in repeat]:
+        raise RuntimeError(f"{spec.model_id}: the test split's order changed between two passes")
+    return [{"index": i, "label": y, "pred": p, "correct": int(p == y), "pred_repeat": q}
+            for i, ((y, p), (_, q)) in enumerate(zip(first, repeat))]
+
+
 def _finish(run: _Run, spec: TrainSpec, aug: Mapping[str, Any], test_loader: Any, eval_bs: int,
-            stop_reference: dict[str, Any] | None) -> tuple[dict, dict]:
-    """The kept snapshot evaluated on the test and training splits: the model checkpoint and
-    the metrics record."""
+            stop_reference: dict[str, Any] | None) -> tuple[dict, dict, list[dict[str, int]]]:
+    """The kept snapshot evaluated on the test and training splits: the model checkpoint, the
+    metrics record and the per-test-image predictions (:func:`_test_predictions`)."""
     p, best = spec.training, run.best
     assert best is not None
     model, defense = run.model, run.method
     model.load_state_dict(best["model"])
     defense.load_state_dict(best["defense"])
-    test = evaluate(model, defense, test_loader, run.device)
+    first: list[tuple[int, int]] = []  # the whole split's first clean pass (test_predictions)
+    test = evaluate(model, defense, test_loader, run.device,
+                    predictions=None if test_loader.drop_last else first)
     # accuracy on the training split with the labels it was trained on (permuted ones for the
     # rote-memorisation models, paper Table 2), un-augmented
     train_eval = make_loader(spec.dataset_root, "train", batch_size=eval_bs, train=False,
@@ -491,6 +522,7 @@ def _finish(run: _Run, spec: TrainSpec, aug: Mapping[str, Any], test_loader: Any
     train_eval.dataset.targets = list(run.train_loader.dataset.targets)
     train_metrics = evaluate(model, defense, train_eval, run.device)
     extra = defense.final_metrics(model)  # type: ignore[attr-defined]
+    predictions = _test_predictions(run, spec, test_loader, eval_bs, first)  # last: RNG draws
     val = {"loss": best["val_loss"], "acc": best["val_acc"]}
     wall = run.wall_seconds
     checkpoint = {
@@ -514,24 +546,35 @@ def _finish(run: _Run, spec: TrainSpec, aug: Mapping[str, Any], test_loader: Any
         "stopped_early": bool(best.get("stopped_early", False)),
         "labels_permuted": p.get("permute_labels_seed") is not None,
         "stop_reference": stop_reference,
+        "eval_agreement": sum(r["pred"] == r["pred_repeat"] for r in predictions)
+        / len(predictions),
         **extra,
     }
-    return checkpoint, metrics
+    return checkpoint, metrics, predictions
 
 
 def train(spec: TrainSpec, *, out_model: str | Path, out_metrics: str | Path,
           resume_path: str | Path, device: str | torch.device = "cpu",
-          stop_after_epochs: int | None = None, progress: bool = True) -> dict[str, Any] | None:
+          stop_after_epochs: int | None = None, progress: bool = True,
+          out_predictions: str | Path | None = None) -> dict[str, Any] | None:
     """Train one model. Returns the metrics dict, or ``None`` when ``stop_after_epochs``
-    interrupted the run on purpose (used by the resume test)."""
+    interrupted the run on purpose (used by the resume test). ``out_predictions``: the
+    per-test-image CSV (columns :data:`PREDICTION_COLUMNS`: ``index`` 0..n-1 over the test
+    split in its fixed order, the same for every model of a dataset; ``label``; ``pred`` and
+    ``correct`` of the first clean pass; ``pred_repeat`` of a second clean pass), written
+    atomically; metrics.json's ``eval_agreement`` is the share of images whose two predictions
+    agree (1.0 for a deterministic model)."""
     spec, stop_reference = resolve_stop_target(spec)
     device = torch.device(device)
     run, aug, test_loader, eval_bs = _set_up(spec, device)
     resume_path = Path(resume_path)
     if not _loop(run, resume_path, spec.fingerprint(), stop_after_epochs, progress):
         return None
-    checkpoint, metrics = _finish(run, spec, aug, test_loader, eval_bs, stop_reference)
+    checkpoint, metrics, predictions = _finish(run, spec, aug, test_loader, eval_bs,
+                                               stop_reference)
     io.torch_save(checkpoint, out_model)
+    if out_predictions is not None:
+        io.write_csv_rows(out_predictions, PREDICTION_COLUMNS, predictions)
     io.write_json(out_metrics, metrics)
     resume_path.unlink(missing_ok=True)
     return metrics
@@ -555,5 +598,6 @@ def logits_fn(model: nn.Module, defense: Defense):
     return lambda x: defense.logits(model, x)
 
 
-__all__ = ["TrainSpec", "TrainingDivergedError", "TrainingMethod", "evaluate", "fingerprint",
-           "fit", "load_model", "logits_fn", "seed_everything", "train"]
+__all__ = ["PREDICTION_COLUMNS", "TrainSpec", "TrainingDivergedError", "TrainingMethod",
+           "evaluate", "fingerprint", "fit", "load_model", "logits_fn", "seed_everything",
+           "train"]
