@@ -605,3 +605,206 @@ def test_autoattack_precision_key_is_validated(tmp_path):
         evaluate_autoattack_model_file(model_path=tmp_path / "missing.pt", dataset_root=tmp_path,
                 outputs={0.01: tmp_path / "o.json"}, resolution=16,
                 settings={"precision": "tf16"})
+
+
+# ----------------------------------------------------------------------------- batches, resume
+RESUME_SETTINGS = {**CHEAP, "fab": {"n_target_classes": 2, "n_iter": 4, "n_restarts": 2}}
+
+
+def seconds_free_bytes(record: dict | Path) -> bytes:
+    """The record as atat.base.io.write_json writes it, without the lines of its wall-clock
+    ``seconds`` (overall and per attack): everything else compared byte for byte."""
+    from atat.base import io
+
+    text = record.read_text() if isinstance(record, Path) else None
+    if text is None:
+        import tempfile
+        with tempfile.TemporaryDirectory() as d:
+            io.write_json(Path(d) / "r.json", record)
+            text = (Path(d) / "r.json").read_text()
+    return "\n".join(line for line in text.splitlines()
+                     if not line.strip().startswith('"seconds":')).encode()
+
+
+class Interrupted(RuntimeError):
+    pass
+
+
+@pytest.fixture
+def batch_spy(monkeypatch):
+    """Counts the AutoAttack batches run (``calls``: (attack, epsilon) of each) and, with
+    ``spy.stop_after = k``, raises :class:`Interrupted` instead of running batch k + 1 -- a
+    job killed part-way."""
+    import atat.robustness as R
+
+    real = R._run_batch
+    spy = type("Spy", (), {"calls": [], "stop_after": None})()
+
+    def run(adversary, checks, attack, *args, **kwargs):
+        if spy.stop_after is not None and len(spy.calls) >= spy.stop_after:
+            raise Interrupted(f"killed before batch {len(spy.calls) + 1}")
+        spy.calls.append((attack, float(adversary.apgd.eps)))
+        return real(adversary, checks, attack, *args, **kwargs)
+    monkeypatch.setattr(R, "_run_batch", run)
+    return spy
+
+
+def test_batches_give_the_librarys_own_flags():
+    # each attack runs batch by batch on the clean-correct examples; the flags are those of
+    # the library's single run over all examples (its own split into batches)
+    from pyautoattack import AutoAttack
+
+    from atat.robustness import _configure_adversary
+
+    model = tiny_cnn()
+    x, y = cnn_data(model, n=9)
+    r = evaluate_autoattack(model, x, y, epsilon=0.01, version="custom", settings=CHEAP,
+                            batch_size=3, seed=5)
+    net = NormalizedModel(model).eval()
+    adversary, _ = _configure_adversary(net, epsilon=0.01, seed=5, device=torch.device("cpu"),
+                                        version="custom", overrides=CHEAP, n_classes=5)
+    assert isinstance(adversary, AutoAttack)
+    for attack in r["attacks"]:
+        adversary.attacks_to_run = [attack]
+        _, y_adv = adversary.run_standard_evaluation(x, y, batch_size=3)
+        assert r["per_attack"][attack]["robust_flags"] == y_adv.eq(y).int().tolist(), attack
+    assert 0 < r["robust_accuracy"] < r["clean_accuracy"]
+
+
+@pytest.mark.parametrize("stop_after", [1, 9])
+def test_resumed_record_is_the_uninterrupted_one(tmp_path, batch_spy, stop_after):
+    # 9 examples, 8 clean-correct, batches of 3: 3 batches per attack. Killed after the first
+    # batch (mid-attack), or at the first batch of untargeted FAB (after FAB-T, which sets
+    # fab.n_restarts = 1 for the library's later FAB runs: a resumed run must restore it)
+    model = tiny_cnn()
+    x, y = cnn_data(model, n=9)
+    kw = dict(epsilon=0.01, version="custom", settings=RESUME_SETTINGS, batch_size=3, seed=4,
+              attacks=("apgd-ce", "fab-t", "fab", "square"), recheck=True)
+    whole = evaluate_autoattack(model, x, y, **kw)
+    n_batches = len(batch_spy.calls)
+    assert n_batches == 12 and whole["settings"]["fab"]["n_restarts"] == 1
+    batch_spy.calls.clear()
+    batch_spy.stop_after = stop_after
+    with pytest.raises(Interrupted):
+        evaluate_autoattack(model, x, y, resume_dir=tmp_path / "r", **kw)
+    assert len(list((tmp_path / "r").rglob("batch*.pt"))) == stop_after
+    batch_spy.calls.clear()
+    batch_spy.stop_after = None
+    resumed = evaluate_autoattack(model, x, y, resume_dir=tmp_path / "r", **kw)
+    assert len(batch_spy.calls) == n_batches - stop_after   # no finished batch reruns
+    assert seconds_free_bytes(resumed) == seconds_free_bytes(whole)
+    # finished: the record is kept (its batches are not) and returned without any attack
+    assert not list((tmp_path / "r").rglob("batch*.pt"))
+    batch_spy.calls.clear()
+    again = evaluate_autoattack(model, x, y, resume_dir=tmp_path / "r", **kw)
+    assert batch_spy.calls == [] and again == json.loads(json.dumps(resumed))
+
+
+def test_resume_of_a_randomised_model_restores_its_random_draws(tmp_path, batch_spy):
+    # the model draws noise at every forward, large enough to flip predictions: the batches
+    # after a restart must see the random numbers of the uninterrupted run (each batch starts
+    # from torch.manual_seed(seed); without it this test fails)
+    class Noisy(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.net = tiny_cnn()
+
+        def forward(self, x):
+            out = self.net(x)
+            return out / 20 + torch.randn_like(out)
+
+    model = Noisy()
+    x, y = cnn_data(model.net, n=8)
+    kw = dict(epsilon=0.01, version="custom", settings=CHEAP, batch_size=2, seed=1,
+              attacks=("apgd-ce", "square"))
+    whole = evaluate_autoattack(model, x, y, **kw)
+    assert whole["randomized_model"] and whole["robust_accuracy_recheck"] is not None
+    batch_spy.calls.clear()
+    batch_spy.stop_after = 3
+    with pytest.raises(Interrupted):
+        evaluate_autoattack(model, x, y, resume_dir=tmp_path / "r", **kw)
+    batch_spy.stop_after = None
+    resumed = evaluate_autoattack(model, x, y, resume_dir=tmp_path / "r", **kw)
+    assert seconds_free_bytes(resumed) == seconds_free_bytes(whole)
+
+
+def test_resume_starts_over_when_what_determines_the_record_changed(tmp_path, batch_spy):
+    model = tiny_cnn()
+    x, y = cnn_data(model, n=6)
+    kw = dict(epsilon=0.01, version="custom", settings=CHEAP, batch_size=2,
+              attacks=("apgd-ce", "square"))
+    batch_spy.stop_after = 2
+    with pytest.raises(Interrupted):
+        evaluate_autoattack(model, x, y, seed=0, resume_dir=tmp_path / "r", **kw)
+    batch_spy.stop_after = None
+    other = tiny_cnn(seed=1)       # another seed, a retrained model, other examples
+    for m, xs, ys, seed in ((model, x, y, 1), (other, x, y, 0), (model, x.flip(0), y.flip(0), 0)):
+        batch_spy.calls.clear()
+        got = evaluate_autoattack(m, xs, ys, seed=seed, resume_dir=tmp_path / "r", **kw)
+        ran = len(batch_spy.calls)
+        batch_spy.calls.clear()
+        fresh = evaluate_autoattack(m, xs, ys, seed=seed, **kw)
+        assert ran == len(batch_spy.calls) > 0         # every batch ran: nothing stale kept
+        assert seconds_free_bytes(got) == seconds_free_bytes(fresh)
+        stamp = json.loads((tmp_path / "r" / "inputs.json").read_text())
+        assert stamp["seed"] == seed and stamp["epsilon"] == 0.01
+
+
+@pytest.fixture(scope="module")
+def trained_tiny(tmp_path_factory, tiny_recipe, make_synthfaces):
+    from atat.training.train import TrainSpec, train
+
+    d = tmp_path_factory.mktemp("aa_model")
+    root = make_synthfaces(d / "ds", images_per_identity=8, seed=1)
+    spec = TrainSpec(model_id="t/resnet18/nodef/seed0", dataset_root=str(root),
+                     resolution=16, n_classes=4, architecture="resnet18",
+                     defense={"type": "nodef"},
+                     training=tiny_recipe(eval_batch_size=16, lr_milestones=[]),
+                     augmentation={"random_resized_crop": False, "horizontal_flip": False,
+                                   "color_jitter": False}, seed=0)
+    with one_thread():
+        train(spec, out_model=d / "m.pt", out_metrics=d / "m.json",
+              resume_path=d / "m.resume.pt", progress=False)
+    return d / "m.pt", root
+
+
+def test_model_file_job_resumes_per_epsilon_and_per_batch(tmp_path, trained_tiny, batch_spy):
+    # rule autoattack's job with autoattack.job per_model: killed in the second epsilon (after
+    # its first batch), its outputs deleted (as Snakemake does), rerun: the first epsilon is
+    # not recomputed, the second goes on from its saved batch, and every file is the one the
+    # uninterrupted job writes (byte for byte but the seconds)
+    from atat.robustness import evaluate_autoattack_model_file
+
+    model_path, root = trained_tiny
+    settings = {"split": "val", "n_examples": 6, "batch_size": 2, "version": "custom",
+                "attacks": ["apgd-ce", "apgd-t", "fab-t", "square"], "settings": CHEAP,
+                "seed": 0, "precision": "fp32"}
+    eps = [0.031, 1e-5]
+
+    def job(out_dir, resume_dir=None):
+        outputs = {e: out_dir / f"eps{e}.json" for e in eps}
+        with one_thread():
+            return evaluate_autoattack_model_file(
+                model_path=model_path, dataset_root=root, outputs=outputs, settings=settings,
+                resolution=16, resume_dir=resume_dir)
+
+    job(tmp_path / "whole")
+    first_eps = [c for c in batch_spy.calls if c[1] == 0.031]
+    assert first_eps and len(first_eps) < len(batch_spy.calls)
+    batch_spy.calls.clear()
+    batch_spy.stop_after = len(first_eps) + 1
+    resume = tmp_path / ".resume" / "autoattack" / "t" / "resnet18" / "nodef" / "seed0"
+    with pytest.raises(Interrupted):
+        job(tmp_path / "cut", resume)
+    assert (resume / "eps0.031" / "record.json").is_file()
+    assert len(list((resume / "eps1e-05").rglob("batch*.pt"))) == 1
+    for f in (tmp_path / "cut").glob("*.json"):
+        f.unlink()
+    batch_spy.calls.clear()
+    batch_spy.stop_after = None
+    job(tmp_path / "cut", resume)
+    assert batch_spy.calls and all(e == 1e-5 for _, e in batch_spy.calls)
+    for e in eps:
+        assert (seconds_free_bytes(tmp_path / "cut" / f"eps{e}.json")
+                == seconds_free_bytes(tmp_path / "whole" / f"eps{e}.json")), e
+    assert not (resume / "eps0.031").exists() and not (resume / "eps1e-05").exists()

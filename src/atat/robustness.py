@@ -19,7 +19,9 @@ This module wraps ``pyautoattack`` (the PyPI packaging of the official AutoAttac
   adversarial examples.
 * :func:`evaluate_autoattack_model_file` is one job of rule ``autoattack``: a trained
   ``model.pt`` on the first configured examples of its dataset, at one ε or at every ε of the
-  config (``autoattack.job``), one JSON record per ε.
+  config (``autoattack.job``), one JSON record per ε. It resumes: a job killed part-way
+  (a cluster time limit) reruns neither a finished ε nor a finished batch of an attack
+  (``results/.resume/autoattack/<model>/eps<tag>/``, see "Batches and resume" below).
 * :func:`compare_precisions` (and its CLI :func:`precision_benchmark_main`, script
   ``workflow/scripts/bench_gpu_precision.py``; issue 13 item 18) measures Table 14's cells
   (robust accuracy at each ε for one model) under both precisions. TF32 exists only on CUDA
@@ -48,8 +50,9 @@ pyautoattack 0.2.0 quirks handled here (read from its source):
    installed before (coverage, debuggers); we restore the previous tracer. Its call counters
    (``checks.funcs``) are module globals never reset, so a single flagged model would flag every
    later model in the process; we reset them before each run.
-5. Every sub-attack calls ``torch.random.manual_seed(seed)`` (global RNG). We run inside
-   ``torch.random.fork_rng`` so the caller's RNG stream is untouched.
+5. Every sub-attack calls ``torch.random.manual_seed(seed)`` (global RNG) at the start of
+   each ``perturb``, i.e. per batch. We run inside ``torch.random.fork_rng`` so the caller's
+   RNG stream is untouched.
 6. ``APGDAttack`` derives its step-size checkpoint schedule (``n_iter_2``, ``n_iter_min``,
    ``size_decr``) from ``n_iter`` **in the constructor only**; setting ``apgd.n_iter`` afterwards
    (the documented way to customise) leaves the 100-iteration schedule (first checkpoint at 22)
@@ -63,6 +66,22 @@ pyautoattack 0.2.0 quirks handled here (read from its source):
    what was actually used.
 9. ``checks.check_n_classes`` prints APGD-T's target count in its FAB-T message (cosmetic).
 
+Batches and resume. ``run_standard_evaluation`` attacks the clean-correct examples in
+batches of ``batch_size``; we make that same split and call the library once per batch
+(:func:`_run_batch`), after ``torch.manual_seed(seed)``. With quirk 5 a batch's outcome then
+depends only on its examples, the model and the settings -- the random starts of APGD/FAB,
+Square's random squares and a randomised model's draws are the same whichever batches ran
+before in the process -- so the flags are the library's own single run's (tested) and a
+batch saved by a killed job can stand in for rerunning it. Two more things make a resumed
+record identical to an uninterrupted one: the library changes plain settings of its attack
+objects while it runs (``loss``, ``targeted``, ``seed``, FAB-T's ``n_restarts = 1``, which
+later FAB runs inherit), so each saved batch carries them and a resumed batch restores them;
+and the library's warnings of each batch are saved and replayed in order. Everything before
+the attacks (clean pass, checks) is recomputed on resume, from the same seed. The resume
+directory is stamped with all that determines the record (settings, seed, precision,
+device, library and torch versions, the model's weights and file checksum, the examples)
+and emptied when any of it changed. Only the wall-clock ``seconds`` differ.
+
 Randomised models (MID samples z = μ + σ·ε at evaluation) trigger AutoAttack's
 "randomized defense" warning; as in the paper we still run version "standard" (not "rand") and
 set ``randomized_model`` in the record.
@@ -71,12 +90,15 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import hashlib
 import importlib.metadata
+import json
 import logging
 import math
+import shutil
 import sys
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -84,6 +106,7 @@ import torch
 from torch import Tensor, nn
 
 from atat.base import io
+from atat.base.fetch.verify import sha256sum
 from atat.plan.config import check_autoattack_settings, eps_tag
 from atat.data.loading import make_loader
 from atat.base.precision import (DEFAULT_PRECISION, PRECISIONS, attack_precision, check_precision,
@@ -286,6 +309,102 @@ def _library_version() -> str:
         return str(getattr(pyautoattack, "__version__", "unknown"))
 
 
+# --------------------------------------------------------------------------- resume
+RESUME_STAMP = "inputs.json"
+RESUME_RECORD = "record.json"
+
+
+def _tensors_digest(named: Iterable[tuple[str, Tensor]]) -> str:
+    """sha256 over names, dtypes, shapes and bytes of tensors (in the given order)."""
+    h = hashlib.sha256()
+    for name, t in named:
+        t = t.detach().to("cpu").contiguous()
+        h.update(f"{name}|{t.dtype}|{tuple(t.shape)}|".encode())
+        h.update(t.reshape(-1).view(torch.uint8).numpy().tobytes())
+    return h.hexdigest()
+
+
+class _ResumeDir:
+    """The saved progress of one AutoAttack evaluation (one ε of one model): ``inputs.json``
+    (the fingerprint: everything that determines the record), ``<attack>/batch<k>.pt`` per
+    finished batch and ``record.json`` once the ε is complete. Opened with another
+    fingerprint (a retrained model, other examples, settings, seed, precision, device or
+    library version) the directory is emptied first: stale progress is never mixed in. Files
+    are written atomically (:mod:`atat.base.io`); a corrupt batch file is moved aside and that
+    batch is rerun."""
+
+    def __init__(self, path: str | Path, fingerprint: Mapping[str, Any]) -> None:
+        self.path = Path(path)
+        fp = json.loads(json.dumps(dict(fingerprint), sort_keys=True))
+        stamp = self.path / RESUME_STAMP
+        kept = False
+        if self.path.exists():
+            try:
+                kept = json.loads(stamp.read_text()) == fp
+            except (OSError, ValueError):
+                kept = False
+            if not kept:
+                log.warning("%s was written for another model, examples or settings: this "
+                            "epsilon starts over", self.path)
+                shutil.rmtree(self.path)
+        if not kept:
+            self.path.mkdir(parents=True)
+            io.write_json(stamp, fp)
+        self.kept = kept
+
+    def record(self) -> dict[str, Any] | None:
+        """The finished record, or None (none yet, or unreadable: then it is removed)."""
+        path = self.path / RESUME_RECORD
+        if not path.exists():
+            return None
+        try:
+            return io.read_json(path)
+        except io.CheckpointError as e:
+            log.warning("%s -- recomputing this epsilon", e)
+            path.unlink()
+            return None
+
+    def _batch_path(self, attack: str, k: int) -> Path:
+        return self.path / attack / f"batch{k:05d}.pt"
+
+    def batch(self, attack: str, k: int, index: Tensor, need_recheck: bool
+              ) -> dict[str, Any] | None:
+        """Batch ``k`` of ``attack`` as saved, or None when it must run (not saved yet,
+        corrupt -- moved aside --, or saved for other examples)."""
+        saved = io.load_resume(self._batch_path(attack, k))
+        if saved is None:
+            return None
+        if not (torch.equal(saved.get("index", torch.empty(0)), index)
+                and (saved.get("recheck_pred") is not None or not need_recheck)):
+            log.warning("%s does not belong to this batch: rerunning it",
+                        self._batch_path(attack, k))
+            return None
+        return saved
+
+    def save_batch(self, attack: str, k: int, index: Tensor, saved: Mapping[str, Any]) -> None:
+        io.torch_save({**saved, "index": index}, self._batch_path(attack, k))
+
+    def save_record(self, record: Mapping[str, Any]) -> None:
+        """The finished record; its batch files are no longer needed."""
+        io.write_json(self.path / RESUME_RECORD, record)
+        for sub in self.path.iterdir():
+            if sub.is_dir():
+                shutil.rmtree(sub, ignore_errors=True)
+
+
+def _resume_fingerprint(net: NormalizedModel, x01: Tensor, y: Tensor, *,
+                        inputs: Mapping[str, Any] | None, **arguments: Any) -> dict[str, Any]:
+    """What determines an AutoAttack record: the arguments, the library and torch versions,
+    the attacked model's weights and normalisation, the examples, and the caller's
+    ``inputs`` (e.g. the model file's sha256)."""
+    return {**arguments, "library_version": _library_version(),
+            "torch_version": torch.__version__,
+            "model_state_sha256": _tensors_digest(net.state_dict().items()),
+            "normalization": [net.mean, net.std],
+            "examples_sha256": _tensors_digest([("x", x01), ("y", y)]),
+            "inputs": dict(inputs or {})}
+
+
 # --------------------------------------------------------------------------- steps
 def _check_arguments(x01: Tensor, y: Tensor, epsilon: float, attacks: Sequence[str],
                      version: str, batch_size: int, settings: Mapping[str, Any] | None,
@@ -420,39 +539,122 @@ def _sanity_checks(stack: contextlib.ExitStack, checks: Any, adversary: Any, net
     return randomized_probe
 
 
-def _run_attack(adversary: Any, checks: Any, attack: str, net: nn.Module, x01: Tensor,
-                y: Tensor, clean_correct: Tensor, *, do_recheck: bool, batch_size: int,
-                device: torch.device) -> tuple[dict[str, Any], Tensor]:
-    """One attack from the clean inputs: its result entry and the adversarial examples."""
+def _robust_batches(clean_correct: Tensor, batch_size: int) -> list[Tensor]:
+    """The batches ``run_standard_evaluation`` attacks: the clean-correct examples (indices,
+    ascending), ``batch_size`` at a time (the library's own split of its robust points)."""
+    idx = torch.nonzero(clean_correct).flatten()
+    return [idx[i:i + batch_size] for i in range(0, len(idx), batch_size)]
+
+
+#: the attack objects of an AutoAttack adversary whose plain settings a batch may change
+#: (``run_standard_evaluation`` sets ``loss``, ``targeted``, ``seed``, FAB-T's ``n_restarts``)
+_ADVERSARY_OBJECTS: tuple[str, ...] = ("apgd", "apgd_targeted", "fab", "square")
+
+
+def _adversary_state(adversary: Any) -> dict[str, dict[str, Any]]:
+    """The plain (None/bool/int/float/str) attributes of the adversary's attack objects."""
+    return {name: {k: v for k, v in vars(getattr(adversary, name)).items()
+                   if v is None or isinstance(v, (bool, int, float, str))}
+            for name in _ADVERSARY_OBJECTS}
+
+
+def _restore_adversary_state(adversary: Any, state: Mapping[str, Mapping[str, Any]]) -> None:
+    for name, values in state.items():
+        obj = getattr(adversary, name)
+        for key, value in values.items():
+            setattr(obj, key, value)
+
+
+def _run_batch(adversary: Any, checks: Any, attack: str, net: nn.Module, x01: Tensor,
+               y: Tensor, *, seed: int, do_recheck: bool, batch_size: int,
+               device: torch.device, collector: _WarningCollector
+               ) -> tuple[dict[str, Any], Tensor]:
+    """One attack on one batch of clean-correct examples (``run_standard_evaluation`` on the
+    batch alone: the library reseeds every attack's ``perturb`` with ``seed``, so a batch's
+    result depends on its examples only). The global RNG is reset to ``seed`` first (what a
+    randomised model draws in the library's clean pass and final check then does not depend
+    on the batches before). Returns the batch's saved outcome and its adversarial examples:
+    ``y_adv`` (the library's predictions), ``linf`` (per example), ``recheck_pred`` (an
+    independent prediction on ``x_adv``, or None), ``seconds``, ``warnings`` (the library's,
+    in order; the run's ``collector`` gets them from the caller, as from a resumed batch)
+    and ``state`` (:func:`_adversary_state` after the run)."""
     adversary.attacks_to_run = [attack]
     checks.funcs.update({k: 0 for k in checks.funcs})  # quirk 4
+    torch.manual_seed(seed)
+    aa_logger = logging.getLogger("auto-attack")
+    own = _WarningCollector()
+    aa_logger.removeHandler(collector)
+    aa_logger.addHandler(own)
     tracer = sys.gettrace()
     t0 = time.perf_counter()
     try:
         out = adversary.run_standard_evaluation(x01, y, batch_size=batch_size)
     finally:
         sys.settrace(tracer)  # quirk 4
+        aa_logger.removeHandler(own)
+        aa_logger.addHandler(collector)
     seconds = time.perf_counter() - t0
     if not (isinstance(out, tuple) and len(out) == 2):
         raise RuntimeError(f"unexpected return from pyautoattack: {type(out)}")
     x_adv, y_adv = out
     x_adv = x_adv.detach().to("cpu", torch.float32)
-    flags = y_adv.detach().cpu().eq(y)  # the library's own robust flags (quirk 2)
-    # independent re-check (paper's CHECK metric): recompute clean and adversarial
-    # predictions; identical to `flags` for deterministic models
-    recheck_flags = (clean_correct & _predict(net, x_adv, batch_size, device).eq(y)
-                     if do_recheck else None)
-    linf = (x_adv.double() - x01.double()).abs().flatten(1).amax(1)
+    return {
+        "y_adv": y_adv.detach().to("cpu", torch.long),
+        "linf": (x_adv.double() - x01.double()).abs().flatten(1).amax(1),
+        # the paper's CHECK metric: predictions recomputed independently of the library
+        "recheck_pred": _predict(net, x_adv, batch_size, device) if do_recheck else None,
+        "seconds": seconds,
+        "warnings": list(own.messages),
+        "state": _adversary_state(adversary),
+    }, x_adv
+
+
+def _run_attack(adversary: Any, checks: Any, attack: str, net: nn.Module, x01: Tensor,
+                y: Tensor, clean_correct: Tensor, *, do_recheck: bool, batch_size: int,
+                device: torch.device, seed: int, collector: _WarningCollector,
+                resume: _ResumeDir | None = None, keep_adversarials: bool = True,
+                ) -> tuple[dict[str, Any], Tensor | None]:
+    """One attack from the clean inputs, batch by batch (:func:`_robust_batches`): its result
+    entry and, with ``keep_adversarials``, the adversarial examples (the clean input wherever
+    the attack failed). With ``resume`` every finished batch is saved and a saved batch is
+    taken instead of rerun: its outcome, its warnings (replayed into ``collector`` in batch
+    order) and the adversary's settings after it (restored, so the next batch and the record
+    see what an uninterrupted run leaves)."""
+    n = len(y)
+    batches = _robust_batches(clean_correct, batch_size)
+    flags = torch.zeros(n, dtype=torch.bool)
+    recheck_flags = torch.zeros(n, dtype=torch.bool)
+    x_adv = x01.clone() if keep_adversarials else None
+    linf_max, seconds = 0.0, 0.0
+    for k, idx in enumerate(batches):
+        saved = resume.batch(attack, k, idx, do_recheck) if resume is not None else None
+        if saved is not None:
+            _restore_adversary_state(adversary, saved["state"])
+            log.info("%s batch %d/%d: resumed", attack, k + 1, len(batches))
+        else:
+            saved, xb = _run_batch(adversary, checks, attack, net, x01[idx], y[idx], seed=seed,
+                                   do_recheck=do_recheck, batch_size=batch_size, device=device,
+                                   collector=collector)
+            if resume is not None:
+                resume.save_batch(attack, k, idx, saved)
+            if x_adv is not None:
+                x_adv[idx] = xb
+        for message in saved["warnings"]:
+            collector.warning(message)
+        flags[idx] = saved["y_adv"].eq(y[idx])  # the library's own robust flags (quirk 2)
+        if do_recheck:  # every example of a batch is clean-correct
+            recheck_flags[idx] = saved["recheck_pred"].eq(y[idx])
+        linf_max = max(linf_max, float(saved["linf"].max()))
+        seconds += float(saved["seconds"])
     entry = {
         "robust_accuracy": float(flags.float().mean()),
         "n_robust": int(flags.sum()),
         "seconds": seconds,
-        "robust_accuracy_recheck": (None if recheck_flags is None
-                                    else float(recheck_flags.float().mean())),
-        "max_linf_perturbation": float(linf.max()),
+        "robust_accuracy_recheck": (float(recheck_flags.float().mean()) if do_recheck
+                                    else None),
+        "max_linf_perturbation": linf_max,
         "robust_flags": flags.int().tolist(),
-        "robust_flags_recheck": (None if recheck_flags is None
-                                 else recheck_flags.int().tolist()),
+        "robust_flags_recheck": recheck_flags.int().tolist() if do_recheck else None,
     }
     return entry, x_adv
 
@@ -485,6 +687,22 @@ def evaluate_autoattack_with_adversarials(
     Returns ``(record, adversarials)`` where ``adversarials[attack]`` is the (N, C, H, W)
     float32 CPU tensor AutoAttack returned (clean input wherever the attack failed).
     """
+    return _evaluate(model, x01, y, epsilon=epsilon, attacks=attacks, version=version,
+                     settings=settings, batch_size=batch_size, seed=seed, device=device,
+                     normalize=normalize, logits_fn=logits_fn, recheck=recheck,
+                     library_checks=library_checks, precision=precision,
+                     keep_adversarials=True)
+
+
+def _evaluate(model: nn.Module, x01: Tensor, y: Tensor, *, epsilon: float,
+              attacks: Sequence[str], version: str, settings: Mapping[str, Any] | None,
+              batch_size: int, seed: int, device: str | torch.device, normalize: bool,
+              logits_fn: Callable[[Any], Tensor] | None, recheck: bool | None,
+              library_checks: str, precision: str, keep_adversarials: bool,
+              resume_dir: str | Path | None = None, resume_inputs: Mapping[str, Any] | None = None,
+              ) -> tuple[dict[str, Any], dict[str, Tensor]]:
+    """The evaluation behind :func:`evaluate_autoattack` and
+    :func:`evaluate_autoattack_with_adversarials` (``resume_dir``: see the former)."""
     from pyautoattack import checks  # local: heavy import, optional for callers
 
     attacks, precision, overrides = _check_arguments(x01, y, epsilon, attacks, version,
@@ -496,6 +714,18 @@ def evaluate_autoattack_with_adversarials(
     x01 = x01.detach().to("cpu", torch.float32).contiguous()
     y = y.detach().to("cpu", torch.long)
     n = x01.shape[0]
+
+    resume = None
+    if resume_dir is not None:
+        resume = _ResumeDir(resume_dir, _resume_fingerprint(
+            net, x01, y, inputs=resume_inputs, epsilon=epsilon, attacks=list(attacks),
+            version=version, settings=overrides, batch_size=batch_size, seed=seed,
+            device=str(device), normalize=normalize, recheck=recheck,
+            library_checks=library_checks, precision=precision))
+        if (done := resume.record()) is not None:
+            log.info("AutoAttack eps=%g: finished before (%s), not recomputed", epsilon,
+                     resume.path)
+            return done, {}
 
     collector = _WarningCollector()
     adversarials: dict[str, Tensor] = {}
@@ -524,9 +754,12 @@ def evaluate_autoattack_with_adversarials(
         for i, attack in enumerate(attacks):
             log.info("[%d/%d] %s at eps=%g on %d examples ...", i + 1, len(attacks), attack,
                      epsilon, n)
-            per_attack[attack], adversarials[attack] = _run_attack(
+            per_attack[attack], x_adv = _run_attack(
                 adversary, checks, attack, net, x01, y, clean_correct, do_recheck=do_recheck,
-                batch_size=batch_size, device=device)
+                batch_size=batch_size, device=device, seed=seed, collector=collector,
+                resume=resume, keep_adversarials=keep_adversarials)
+            if x_adv is not None:
+                adversarials[attack] = x_adv
             effective[attack] = _read_settings(adversary, _ATTACK_OBJECT[attack])
             log.info("[%d/%d] %s: robust accuracy %.2f%% (%.1f s) | %s", i + 1, len(attacks),
                      attack, 100 * per_attack[attack]["robust_accuracy"],
@@ -566,6 +799,8 @@ def evaluate_autoattack_with_adversarials(
                                                    + collector.messages)),
             "seconds": time.perf_counter() - t_start,
         }
+    if resume is not None:
+        resume.save_record(record)
     log.info("AutoAttack eps=%g: clean %.2f%%, worst-case robust %.2f%% (%.1f s)", epsilon,
              100 * record["clean_accuracy"], 100 * record["robust_accuracy"], record["seconds"])
     return record, adversarials
@@ -579,7 +814,9 @@ def evaluate_autoattack(model: nn.Module, x01: Tensor, y: Tensor, *, epsilon: fl
                         logits_fn: Callable[[Any], Tensor] | None = None,
                         recheck: bool | None = None,
                         library_checks: str = "once",
-                        precision: str = DEFAULT_PRECISION) -> dict[str, Any]:
+                        precision: str = DEFAULT_PRECISION,
+                        resume_dir: str | Path | None = None,
+                        resume_inputs: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """AutoAttack (L∞) robust accuracy of ``model`` on ``x01`` (in [0, 1]) with labels ``y``.
 
     ``model`` takes inputs in [−1, 1]; it is wrapped in :class:`NormalizedModel` (unless it
@@ -618,12 +855,28 @@ def evaluate_autoattack(model: nn.Module, x01: Tensor, y: Tensor, *, epsilon: fl
     example), ``per_attack[name]`` (``robust_accuracy``, ``n_robust``, ``seconds``,
     ``robust_flags``, ``max_linf_perturbation``, recheck fields), ``randomized_model``,
     ``library_warnings``, ``seconds``.
+
+    Batches and resume: each attack runs on the clean-correct examples ``batch_size`` at a
+    time, each batch a call of the library on that batch alone (the split the library makes
+    itself; every attack's ``perturb`` reseeds torch with ``seed``, and the global RNG is reset
+    to ``seed`` before each batch), so a batch's outcome depends on its examples, the model
+    and the settings only -- not on which batches ran before it in the process. With
+    ``resume_dir`` every finished batch is saved there (its predictions, per-example
+    perturbation, re-check predictions, timing, the library's warnings and the adversary's
+    settings after it) and the finished record too; a rerun takes every saved batch instead
+    of running it (restoring the adversary's settings, replaying the warnings in order) and
+    returns a finished record at once. Hence a record interrupted and resumed equals the
+    uninterrupted one in every field but the wall-clock ``seconds`` (tested byte for byte).
+    The directory is stamped with everything that determines the record (arguments, library
+    and torch versions, the model's weights, the examples, ``resume_inputs``) and emptied when
+    any of it changed.
     """
-    record, _ = evaluate_autoattack_with_adversarials(
+    record, _ = _evaluate(
         model, x01, y, epsilon=epsilon, attacks=attacks, version=version, settings=settings,
         batch_size=batch_size, seed=seed, device=device, normalize=normalize,
         logits_fn=logits_fn, recheck=recheck, library_checks=library_checks,
-        precision=precision)
+        precision=precision, keep_adversarials=False, resume_dir=resume_dir,
+        resume_inputs=resume_inputs)
     return record
 
 
@@ -666,7 +919,8 @@ def _trained_model(model_path: str | Path, device: str) -> tuple[NormalizedModel
 def evaluate_autoattack_model_file(*, model_path: str | Path, dataset_root: str | Path,
                                    outputs: Mapping[float, str | Path],
                                    settings: Mapping[str, Any], resolution: int,
-                                   device: str = "cpu") -> list[dict[str, Any]]:
+                                   device: str = "cpu", resume_dir: str | Path | None = None
+                                   ) -> list[dict[str, Any]]:
     """One job of rule ``autoattack``: the trained model at each ε of ``outputs`` (ε → JSON
     path, run in that order), the model and its examples loaded once (config
     ``autoattack.job``: one ε per job, or every ε of the model in one job). ``settings`` is
@@ -674,19 +928,32 @@ def evaluate_autoattack_model_file(*, model_path: str | Path, dataset_root: str 
     ``precision`` and ``tf32_active``) is written as soon as its ε is done. Every ε starts from
     ``settings["seed"]`` (:func:`evaluate_autoattack` seeds before its first forward and runs
     inside a forked RNG), so a record does not depend on which ε ran before it in the process:
-    both job layouts write the same files (``seconds`` aside)."""
+    both job layouts write the same files (``seconds`` aside).
+
+    ``resume_dir`` (rule ``autoattack``: ``results/.resume/autoattack/<model>``): each ε keeps
+    its progress in ``<resume_dir>/eps<tag>/`` (tag of the configured ε, as the output file),
+    per finished batch and, once done, its record (see :func:`evaluate_autoattack`), stamped
+    with the model file's sha256 besides the settings and the examples. A job killed part-way
+    (a time limit; Snakemake then deletes the outputs it had written) reruns no finished ε and
+    no finished batch, and writes the records the uninterrupted job writes. The job removes
+    its ε directories once every output is written."""
     if not outputs:
         raise ValueError("evaluate_autoattack_model_file: no epsilon to evaluate")
     precision = check_precision(settings.get("precision", DEFAULT_PRECISION))
     net, ckpt = _trained_model(model_path, device)
     x, y = first_examples(dataset_root, settings["split"], settings["n_examples"], resolution)
+    inputs = {"model_file_sha256": sha256sum(model_path)} if resume_dir is not None else None
+    eps_dirs = {epsilon: (Path(resume_dir) / f"eps{eps_tag(epsilon)}" if resume_dir is not None
+                          else None) for epsilon in outputs}
     results = []
     for epsilon, out_path in outputs.items():
+        applied = float(epsilon)  # the epsilon the attack runs at
         result = evaluate_autoattack(
-            net, x, y, epsilon=float(epsilon),
+            net, x, y, epsilon=applied,
             attacks=tuple(settings["attacks"]), version=settings["version"],
             settings=settings.get("settings") or None, batch_size=settings["batch_size"],
-            seed=settings["seed"], device=device, precision=precision)
+            seed=settings["seed"], device=device, precision=precision,
+            resume_dir=eps_dirs[epsilon], resume_inputs=inputs)
         result.update(model_id=ckpt["model_id"], split=settings["split"],
                       epsilon_tag=eps_tag(epsilon), model_path=str(model_path))
         io.write_json(out_path, result)
@@ -694,6 +961,9 @@ def evaluate_autoattack_model_file(*, model_path: str | Path, dataset_root: str 
                  eps_tag(epsilon), result["robust_accuracy"], result["clean_accuracy"],
                  precision)
         results.append(result)
+    for path in eps_dirs.values():
+        if path is not None:
+            shutil.rmtree(path, ignore_errors=True)
     return results
 
 
