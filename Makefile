@@ -7,32 +7,58 @@ CORES ?= 2
 
 # TORCH_INDEX_URL: where torch/torchvision come from. Empty (default): the pinned PyPI wheels,
 # torch 2.14.1 built for CUDA 13.0 (kernels sm_75..sm_120), which need an NVIDIA driver >= 580.
-# For an older driver install the same versions from PyTorch's index of a CUDA 12 build, e.g.
-#   make venv TORCH_INDEX_URL=https://download.pytorch.org/whl/cu126   (driver >= 525)
+# For an older driver (525-579) the same versions built for CUDA 12 from PyTorch's index, e.g.
+#   make venv TORCH_INDEX_URL=https://download.pytorch.org/whl/cu126
 # (atat.base.device names the node's driver and the build's needs when `device: cuda` finds no GPU).
+# That build has its own locks, requirements-<backend>.lock and requirements-test-<backend>.lock
+# (make lock-torch, on a machine that reaches the index); where they exist the install is
+# hash-checked like the default one, else torch/torchvision come from the index and the rest
+# is resolved from pyproject.toml's pins, unchecked, and make says so.
+# $(VENV)/.torch-index records where the venv's torch came from: another TORCH_INDEX_URL (or
+# none after one) rebuilds the venv from scratch (python -m venv --clear).
 TORCH_INDEX_URL ?=
 TORCH_PINS := $(shell sed -n 's/^ *"\(torch\(vision\)\{0,1\}==[^"]*\)".*/\1/p' pyproject.toml)
+TORCH_BACKEND := $(notdir $(patsubst %/,%,$(TORCH_INDEX_URL)))
+TORCH_LOCK := requirements-$(TORCH_BACKEND).lock
+TORCH_TEST_LOCK := requirements-test-$(TORCH_BACKEND).lock
+TORCH_FROM := $(or $(TORCH_INDEX_URL),pypi)
 # The environment comes from the locks (every package, direct or not, at its version, each file
 # checked against its sha256; `make lock` rewrites them from pyproject.toml): requirements.lock
 # is the runtime (make venv, make demo), requirements-test.lock adds the [test] and [dev]
-# extras (make venv-test: make test, make test-all, .ci/run). A TORCH_INDEX_URL build is outside
-# the locks: torch/torchvision from that index, the rest resolved from pyproject.toml's pins.
+# extras (make venv-test: make test, make test-all, .ci/run).
 # OFFLINE_WHEELS=<folder written by make wheelhouse>: install from that folder only, no index.
 LOCK := requirements.lock
 TEST_LOCK := requirements-test.lock
+TORCH_LOCKED := $(if $(TORCH_INDEX_URL),$(and $(wildcard $(TORCH_LOCK)),$(wildcard $(TORCH_TEST_LOCK))))
+UNLOCKED := $(if $(TORCH_INDEX_URL),$(if $(TORCH_LOCKED),,yes))
+VENV_LOCK := $(if $(TORCH_INDEX_URL),$(if $(TORCH_LOCKED),$(TORCH_LOCK)),$(LOCK))
+VENV_TEST_LOCK := $(if $(TORCH_INDEX_URL),$(if $(TORCH_LOCKED),$(TORCH_TEST_LOCK)),$(TEST_LOCK))
 OFFLINE_WHEELS ?=
-PIP_FROM = $(if $(OFFLINE_WHEELS),--no-index --find-links $(OFFLINE_WHEELS) )
-$(VENV)/.installed: pyproject.toml $(LOCK)
-	$(PYTHON) -m venv $(VENV)
+PIP_FROM = $(if $(OFFLINE_WHEELS),--no-index --find-links $(OFFLINE_WHEELS) ,$(TORCH_EXTRA))
+TORCH_EXTRA = $(if $(TORCH_INDEX_URL),--extra-index-url $(TORCH_INDEX_URL) )
+UNLOCKED_SAYS := make venv: no $(TORCH_LOCK) and $(TORCH_TEST_LOCK): torch/torchvision from $(TORCH_INDEX_URL), the rest resolved from pyproject.toml's pins, NOT hash-checked (make lock-torch writes the locks)
+
+# Where the venv's torch comes from, rewritten only when it changes (so only a change rebuilds).
+# A venv made before this record existed is taken as the default (PyPI) build.
+$(VENV)/.torch-index: FORCE
+	@mkdir -p $(VENV)
+	@if [ ! -f $@ ] && [ -f $(VENV)/.installed ]; then echo pypi > $@ && touch -r $(VENV)/.installed $@; fi
+	@echo '$(TORCH_FROM)' | cmp -s - $@ || echo '$(TORCH_FROM)' > $@
+
+$(VENV)/.installed: pyproject.toml $(VENV_LOCK) $(VENV)/.torch-index
+	$(if $(and $(UNLOCKED),$(OFFLINE_WHEELS)),$(error OFFLINE_WHEELS with TORCH_INDEX_URL needs $(TORCH_LOCK) and $(TORCH_TEST_LOCK) (make lock-torch, then make wheelhouse TORCH_INDEX_URL=...)))
+	$(PYTHON) -m venv $(if $(filter $(VENV)/.torch-index,$?),--clear )$(VENV)
 	$(if $(OFFLINE_WHEELS),,$(VENV)/bin/pip install --quiet --upgrade pip)
-	$(if $(TORCH_INDEX_URL),$(VENV)/bin/pip install --quiet --index-url $(TORCH_INDEX_URL) $(TORCH_PINS))
-	$(if $(TORCH_INDEX_URL),$(VENV)/bin/pip install --quiet -e .,$(VENV)/bin/pip install --quiet $(PIP_FROM)-r $(LOCK))
-	$(VENV)/bin/pip install --quiet $(PIP_FROM)--no-deps -e .
+	$(if $(UNLOCKED),@echo "$(UNLOCKED_SAYS)")
+	$(if $(UNLOCKED),$(VENV)/bin/pip install --quiet --index-url $(TORCH_INDEX_URL) $(TORCH_PINS))
+	$(if $(UNLOCKED),$(VENV)/bin/pip install --quiet -e .,$(VENV)/bin/pip install --quiet $(PIP_FROM)-r $(VENV_LOCK))
+	$(VENV)/bin/pip install --quiet $(if $(OFFLINE_WHEELS),--no-index --find-links $(OFFLINE_WHEELS) )--no-deps -e .
+	echo '$(TORCH_FROM)' > $(VENV)/.torch-index
 	touch $@
 
 WITH_EXTRAS := '.[test,dev]'
-$(VENV)/.installed-test: $(VENV)/.installed $(TEST_LOCK)
-	$(if $(TORCH_INDEX_URL),$(VENV)/bin/pip install --quiet -e $(WITH_EXTRAS),$(VENV)/bin/pip install --quiet $(PIP_FROM)-r $(TEST_LOCK))
+$(VENV)/.installed-test: $(VENV)/.installed $(VENV_TEST_LOCK)
+	$(if $(UNLOCKED),$(VENV)/bin/pip install --quiet -e $(WITH_EXTRAS),$(VENV)/bin/pip install --quiet $(PIP_FROM)-r $(VENV_TEST_LOCK))
 	touch $@
 
 # The locks from pyproject.toml (uv, from the [dev] extra): Linux x86_64, Python 3.11, every
@@ -42,20 +68,44 @@ lock: venv-test
 	$(VENV)/bin/uv pip compile pyproject.toml --all-extras $(LOCK_FLAGS) -o $(TEST_LOCK)
 	$(VENV)/bin/uv pip compile pyproject.toml -c $(TEST_LOCK) $(LOCK_FLAGS) -o $(LOCK)
 
+# The locks of another torch build (TORCH_INDEX_URL=https://download.pytorch.org/whl/<backend>,
+# e.g. cu126): torch and torchvision at pyproject.toml's versions and their CUDA packages from
+# PyTorch's index (uv's --torch-backend <backend>: only the PyTorch packages come from there),
+# every other package at the default test lock's version (TORCH_CONSTRAINTS: its pins without
+# torch, torchvision, triton, nvidia-* and cuda-*), each file's sha256. Needs a machine that
+# reaches the index; fails if the index has no build of the pinned versions (then try another
+# backend: cu128, cu129).
+TORCH_CONSTRAINTS := $(VENV)/torch-constraints.txt
+TORCH_FAMILY := ^(torch|torchvision|triton|nvidia-[a-z0-9-]+|cuda-[a-z0-9-]+)==
+ifneq ($(filter lock-torch,$(MAKECMDGOALS)),)
+ifeq ($(TORCH_INDEX_URL),)
+$(error make lock-torch: set TORCH_INDEX_URL, e.g. https://download.pytorch.org/whl/cu126)
+endif
+endif
+lock-torch: venv-test
+	grep -E '^[A-Za-z0-9_.-]+==' $(TEST_LOCK) | sed 's/ .*//' | grep -v -E '$(TORCH_FAMILY)' > $(TORCH_CONSTRAINTS)
+	$(VENV)/bin/uv pip compile pyproject.toml --all-extras -c $(TORCH_CONSTRAINTS) $(LOCK_FLAGS) --torch-backend $(TORCH_BACKEND) -o $(TORCH_TEST_LOCK)
+	$(VENV)/bin/uv pip compile pyproject.toml -c $(TORCH_TEST_LOCK) $(LOCK_FLAGS) --torch-backend $(TORCH_BACKEND) -o $(TORCH_LOCK)
+
 # Every file the test lock names (wheels; connection-pool 0.0.3 exists only as an sdist and is
 # built at install time with the locked setuptools), downloaded and checked against the lock's
 # sha256, for a machine without internet (same platform: Linux x86_64, Python 3.11):
 #   make venv OFFLINE_WHEELS=wheelhouse     (or venv-test; pip's --no-index --find-links)
+# With TORCH_INDEX_URL the files of that build's test lock (make lock-torch), from PyPI and the
+# index; install them with the same TORCH_INDEX_URL and OFFLINE_WHEELS.
 # WHEELHOUSE_LOCK=<a lock file> downloads that lock's files instead (tests/test_lock.py).
 WHEELHOUSE ?= wheelhouse
-WHEELHOUSE_LOCK ?= $(TEST_LOCK)
+WHEELHOUSE_LOCK ?= $(if $(TORCH_INDEX_URL),$(TORCH_TEST_LOCK),$(TEST_LOCK))
 wheelhouse:
+	@test -f $(WHEELHOUSE_LOCK) || { echo "make wheelhouse: no $(WHEELHOUSE_LOCK) (a build's locks: make lock-torch TORCH_INDEX_URL=..., on a machine that reaches the index)" >&2; exit 1; }
 	rm -rf $(WHEELHOUSE).part
-	$(PYTHON) -m pip download --quiet --no-deps --require-hashes -r $(WHEELHOUSE_LOCK) -d $(WHEELHOUSE).part
+	$(PYTHON) -m pip download --quiet --no-deps --require-hashes $(TORCH_EXTRA)-r $(WHEELHOUSE_LOCK) -d $(WHEELHOUSE).part
 	rm -rf $(WHEELHOUSE)
 	mv $(WHEELHOUSE).part $(WHEELHOUSE)
 
-.PHONY: venv venv-test lock wheelhouse demo smoke test test-all test-paper-shapes dry-run-paper bench bench-gpu forecast float-paths readme-tables power
+FORCE:
+
+.PHONY: venv venv-test lock lock-torch wheelhouse FORCE demo smoke test test-all test-paper-shapes dry-run-paper bench bench-gpu forecast float-paths readme-tables power
 venv: $(VENV)/.installed
 venv-test: $(VENV)/.installed-test
 

@@ -3,6 +3,9 @@ runtime + the [test] and [dev] extras) against pyproject.toml, the Makefile that
 installs them, the conda env files, and the environment running these tests; and `make
 wheelhouse` + `make venv OFFLINE_WHEELS=...` installing with the index disabled (on a small
 subset of the lock: the whole wheelhouse is ~3 GB, its install was measured by hand, docs/cluster.md).
+A torch build from another index (TORCH_INDEX_URL, e.g. CUDA 12 for an older driver): the
+Makefile's plumbing (make -n; its locks from make lock-torch, a venv rebuilt when the index
+changes) and, where such a lock is committed, its contents against the default test lock.
 """
 
 from __future__ import annotations
@@ -129,6 +132,159 @@ def test_make_venv_installs_from_the_locks():
     for target in ("test", "test-all"):
         assert re.search(rf"^{target}: venv-test$", (ROOT / "Makefile").read_text(), re.M)
     assert "make venv-test" in (ROOT / ".ci" / "run").read_text()
+
+
+CUDA12 = "https://download.pytorch.org/whl/cu126"
+#: PyTorch's packages, which a torch index build takes from that index (the Makefile's TORCH_FAMILY)
+TORCH_FAMILY = re.compile(r"^(torch|torchvision|triton|nvidia-[a-z0-9-]+|cuda-[a-z0-9-]+)$")
+
+
+def _make(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run(["make", "--no-print-directory", *args], cwd=ROOT, capture_output=True,
+                          text=True, env=env, timeout=120)
+
+
+def test_a_torch_index_build_installs_from_its_locks_where_they_exist(tmp_path):
+    """make venv TORCH_INDEX_URL=...: with that build's two locks (make lock-torch) the install
+    is hash-checked from them, PyPI and the index both searched (or the wheelhouse only); without
+    them torch/torchvision come from the index, the rest unchecked, and make says so; offline
+    without them is an error naming the missing locks."""
+    runtime, test = tmp_path / "rt.lock", tmp_path / "test.lock"
+    runtime.write_text("")
+    test.write_text("")
+    locked = _make("-n", "-B", "venv-test", "VENV=/nonexistent/v", f"TORCH_INDEX_URL={CUDA12}",
+                   f"TORCH_LOCK={runtime}", f"TORCH_TEST_LOCK={test}").stdout
+    assert f"pip install --quiet --extra-index-url {CUDA12} -r {runtime}" in locked
+    assert f"pip install --quiet --extra-index-url {CUDA12} -r {test}" in locked
+    assert "--index-url " + CUDA12 + " torch" not in locked and "NOT hash-checked" not in locked
+    offline = _make("-n", "-B", "venv-test", "VENV=/nonexistent/v", f"TORCH_INDEX_URL={CUDA12}",
+                    f"TORCH_LOCK={runtime}", f"TORCH_TEST_LOCK={test}", "OFFLINE_WHEELS=/w").stdout
+    assert f"pip install --quiet --no-index --find-links /w -r {runtime}" in offline
+    assert CUDA12 not in offline.replace(f"'{CUDA12}'", "")  # only the record names it
+    unlocked = _make("-n", "-B", "venv-test", "VENV=/nonexistent/v", f"TORCH_INDEX_URL={CUDA12}",
+                     f"TORCH_LOCK={tmp_path}/none.lock").stdout
+    assert "NOT hash-checked" in unlocked
+    assert f"pip install --quiet --index-url {CUDA12} torch==2.14.1 torchvision==0.29.1" in unlocked
+    assert "-r requirements" not in unlocked
+    refused = _make("-n", "venv", "VENV=/nonexistent/v", f"TORCH_INDEX_URL={CUDA12}",
+                    f"TORCH_LOCK={tmp_path}/none.lock", "OFFLINE_WHEELS=/w")
+    assert refused.returncode != 0 and "none.lock" in refused.stderr
+
+
+FAKE_PYTHON = """#!/bin/sh
+# `python -m venv [--clear] DIR`: DIR/bin/pip logs its arguments to DIR.log
+shift 2
+if [ "$1" = "--clear" ]; then shift; rm -rf "$1"; echo "venv --clear" >> "$1.log"; fi
+mkdir -p "$1/bin"
+printf '#!/bin/sh\necho "pip $*" >> "%s.log"\n' "$1" > "$1/bin/pip"
+chmod +x "$1/bin/pip"
+"""
+
+
+def test_make_venv_rebuilds_the_venv_when_the_torch_index_changes(tmp_path):
+    """The venv records where its torch came from (.torch-index): the same TORCH_INDEX_URL
+    again does nothing, another one (or none after one) rebuilds the venv from scratch; a venv
+    made before the record existed counts as the default build (no rebuild). A fake python
+    whose pip logs its calls stands in for the real install."""
+    python = tmp_path / "python"
+    python.write_text(FAKE_PYTHON)
+    python.chmod(0o755)
+    venv, log = tmp_path / "v", tmp_path / "v.log"
+
+    def make_venv(*extra: str) -> list[str]:
+        log.write_text("")
+        proc = _make("venv", f"VENV={venv}", f"PYTHON={python}", *extra)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        return log.read_text().splitlines()
+
+    cu126 = f"TORCH_INDEX_URL={CUDA12}"
+    first = make_venv()
+    assert "pip install --quiet -r requirements.lock" in first
+    assert (venv / ".torch-index").read_text() == "pypi\n"
+    assert make_venv() == []
+    switched = make_venv(cu126, f"TORCH_LOCK={tmp_path}/none.lock")
+    assert switched[0] == "venv --clear"
+    assert f"pip install --quiet --index-url {CUDA12} torch==2.14.1 torchvision==0.29.1" in switched
+    assert (venv / ".torch-index").read_text() == CUDA12 + "\n"
+    assert make_venv(cu126, f"TORCH_LOCK={tmp_path}/none.lock") == []
+    back = make_venv()
+    assert back[0] == "venv --clear" and "pip install --quiet -r requirements.lock" in back
+    (venv / ".torch-index").unlink()  # a venv from before the record: the default build
+    assert make_venv() == []
+    assert (venv / ".torch-index").read_text() == "pypi\n"
+
+
+def test_make_lock_torch_writes_both_locks_of_the_build_at_the_default_locks_versions(tmp_path):
+    """make lock-torch (run where the index is reachable): uv's --torch-backend takes PyTorch's
+    packages from the index, every other package is constrained to the default test lock's
+    version; the runtime lock is constrained by the build's test lock, as make lock does."""
+    assert _make("-n", "lock-torch").returncode != 0  # TORCH_INDEX_URL is required
+    dry = _make("-n", "lock-torch", f"TORCH_INDEX_URL={CUDA12}", f"VENV={tmp_path}/v").stdout
+    flags = re.search(r"^LOCK_FLAGS := (.+)$", (ROOT / "Makefile").read_text(), re.M).group(1)
+    constraints = f"{tmp_path}/v/torch-constraints.txt"
+    assert (f"uv pip compile pyproject.toml --all-extras -c {constraints} {flags} "
+            "--torch-backend cu126 -o requirements-test-cu126.lock") in dry
+    assert (f"uv pip compile pyproject.toml -c requirements-test-cu126.lock {flags} "
+            "--torch-backend cu126 -o requirements-cu126.lock") in dry
+    # the constraints line, run: the test lock's pins less PyTorch's packages
+    line = next(x for x in dry.splitlines() if x.endswith(f"> {constraints}"))
+    (tmp_path / "v").mkdir()
+    subprocess.run(["bash", "-c", line], cwd=ROOT, check=True)
+    pinned = dict(x.split("==") for x in Path(constraints).read_text().split())
+    assert pinned == {n: v for n, (v, _) in TEST.items() if not TORCH_FAMILY.match(n)}
+    assert "numpy" in pinned and "facenet-pytorch" in pinned and "torch" not in pinned
+    assert not [n for n in pinned if n.startswith(("nvidia-", "cuda-"))]
+
+
+def test_make_wheelhouse_of_a_torch_index_build_reads_its_test_lock(tmp_path):
+    dry = _make("-n", "wheelhouse", f"TORCH_INDEX_URL={CUDA12}").stdout
+    assert (f"pip download --quiet --no-deps --require-hashes --extra-index-url {CUDA12} "
+            "-r requirements-test-cu126.lock -d wheelhouse.part") in dry
+    missing = _make("wheelhouse", f"TORCH_INDEX_URL={CUDA12}", f"WHEELHOUSE={tmp_path}/w",
+                    f"TORCH_TEST_LOCK={tmp_path}/none.lock")
+    assert missing.returncode != 0 and "make lock-torch" in missing.stderr
+    assert not (tmp_path / "w").exists() and not (tmp_path / "w.part").exists()
+
+
+def torch_lock_problems(text: str, backend: str) -> list[str]:
+    """What is wrong with a torch index build's lock (requirements[-test]-<backend>.lock):
+    torch/torchvision at pyproject.toml's versions with the +<backend> label, every other
+    package of the default test lock at its version and files, every entry hashed."""
+    command, entries = parse_lock(text)
+    problems = []
+    if f"--torch-backend {backend}" not in command:
+        problems.append(f"not written by make lock-torch (--torch-backend {backend}): {command}")
+    for name, version in pins(PYPROJECT["project"]["dependencies"]).items():
+        if name in ("torch", "torchvision") and entries.get(name, ("",))[0] != f"{version}+{backend}":
+            problems.append(f"{name}: {entries.get(name, ('missing',))[0]} is not {version}+{backend}")
+    for name, (version, hashes) in entries.items():
+        if not hashes:
+            problems.append(f"{name}: no hash")
+        if not TORCH_FAMILY.match(name) and name in TEST and TEST[name] != (version, hashes):
+            problems.append(f"{name}: {version} differs from requirements-test.lock")
+    return problems
+
+
+def test_the_torch_lock_checker_sees_a_wrong_build_or_a_moved_package():
+    head = ("# This file was autogenerated by uv via the following command:\n"
+            "#    uv pip compile pyproject.toml -c x --torch-backend cu126 -o requirements-cu126.lock\n")
+    h = " --hash=sha256:" + "a" * 64
+    numpy = f"numpy=={TEST['numpy'][0]}" + "".join(f" --hash=sha256:{x}" for x in TEST["numpy"][1])
+    good = head + f"torch==2.14.1+cu126{h}\ntorchvision==0.29.1+cu126{h}\n{numpy}\n"
+    assert torch_lock_problems(good, "cu126") == []
+    assert torch_lock_problems(good.replace("2.14.1+cu126", "2.14.1"), "cu126") == [
+        "torch: 2.14.1 is not 2.14.1+cu126"]
+    moved = good.replace(f"numpy=={TEST['numpy'][0]}", "numpy==1.0.0")
+    assert torch_lock_problems(moved, "cu126") == ["numpy: 1.0.0 differs from requirements-test.lock"]
+
+
+TORCH_LOCKS = sorted(p for p in ROOT.glob("requirements*.lock") if p not in (LOCK, TEST_LOCK))
+
+
+@pytest.mark.parametrize("lock", TORCH_LOCKS, ids=[p.name for p in TORCH_LOCKS])
+def test_a_committed_torch_index_lock_is_that_build_of_the_default_environment(lock):
+    backend = re.match(r"requirements(?:-test)?-(.+)\.lock$", lock.name).group(1)
+    assert torch_lock_problems(lock.read_text(), backend) == []
 
 
 @pytest.mark.parametrize("env", sorted(p.name for p in (ROOT / "envs").glob("*.yaml")))

@@ -1,6 +1,7 @@
-"""The experiments' preconditions (issue 17): each check passes and fails at its threshold, a
-missing value fails, a permuted-label model trained one epoch is flagged, and the table is a
-target of ``all`` for the paper config and the demo."""
+"""The experiments' preconditions: each check passes and fails at its threshold, a missing
+value fails, a permuted-label model trained one epoch is flagged, the measurement's own regime
+(AutoAttack, evaluation model, determinism, PPA on NoDef) is gated, and the table is a target
+of ``all`` for the paper config and the demo."""
 
 from __future__ import annotations
 
@@ -33,15 +34,21 @@ def _summary(**per_defense):
                      "train_acc": 1.0, "kept_pixel_fraction": float("nan"),
                      "robust_acc_eps0.031": 0.0, "robust_acc_eps0.0025": 0.5,
                      "robust_acc_eps0.0005": 0.7, "robust_acc_eps1e-05": 0.8,
-                     "aa_n_examples_eps0.0005": 64, **cols})
+                     **{f"aa_clean_acc_eps{t}": 0.9 for t in EPS_TAGS},
+                     **{f"aa_n_examples_eps{t}": 64 for t in EPS_TAGS}, **cols})
     return pd.DataFrame(rows)
+
+
+EPS_TAGS = ["0.031", "0.0025", "0.0005", "1e-05"]
 
 
 def _atat_metrics(successes):
     return {"d/resnet18/atat/seed0": {"history": [{"epoch": i, "attack_success": s}
-                                                  for i, s in enumerate(successes)]},
-            "d/resnet18/nodef/seed0": {"n_test": 120},
-            "d/resnet18/unseen_pixels/seed0": {"n_test": 120}}
+                                                  for i, s in enumerate(successes)],
+                                      "eval_agreement": 1.0},
+            "d/resnet18/nodef/seed0": {"n_test": 120, "eval_agreement": 1.0},
+            "d/resnet18/unseen_pixels/seed0": {"n_test": 120, "eval_agreement": 1.0},
+            "d/resnet18/permuted/seed0": {"n_test": 120, "eval_agreement": 1.0}}
 
 
 def _get(df, model_defense, check):
@@ -66,7 +73,9 @@ def test_atat_attack_success_at_its_threshold(last3, passed):
 def test_atat_robust_gap_at_its_threshold(atat_robust, passed):
     df = pc.check_preconditions(
         _summary(nodef={"robust_acc_eps0.0025": 0.5},
-                 atat={"robust_acc_eps0.0025": atat_robust}), _atat_metrics([0.9] * 3), CONFIG)
+                 atat={"robust_acc_eps0.0025": atat_robust,
+                       "aa_n_examples_eps1e-05": float("nan")}),
+        _atat_metrics([0.9] * 3), CONFIG)
     row = _get(df, "atat", "robust_acc_gap_eps0.0025")
     assert row["value"] == pytest.approx(0.5 - atat_robust)
     assert bool(row["passed"]) is passed
@@ -380,3 +389,144 @@ def test_dose_response_variants_are_not_checked_as_the_papers_at_at():
                                             "demo_dose_response.yaml"))
     assert {"atat_w0p125", "atat_w0p25", "atat_w1"} <= set(config["defenses"])
     assert precondition_roles(config)["AT-AT"] == ["atat"]
+
+
+# --------------------------------------------------------------------------- the measurement
+def _regime(df, check, model="d/resnet18/nodef/seed0"):
+    sel = df[(df["model"] == model) & (df["check"] == check)]
+    assert len(sel) == 1, (model, check, df)
+    return sel.iloc[0]
+
+
+@pytest.mark.parametrize("clean,robust,n,passed", [
+    (0.5, 0.3, 256, True),          # d 0.2, SE 0.025
+    (0.5, 0.5 - 4 / 64, 64, True),  # 4 of 64 examples broken: d 0.0625 >= 2 SE (0.0605)
+    (0.5, 0.5 - 3 / 64, 64, False),  # 3 of 64: d 0.047 < 2 SE (0.053)
+    (0.5, 0.5, 64, False),          # no drop (SE 0: the strict d > 0 decides)
+    (0.5, 0.0, 64, False),          # nothing left robust
+    (0.4, 0.5, 64, False),          # robust above clean: not a record of AutoAttack
+    (float("nan"), 0.3, 64, False)])
+def test_autoattack_regime_at_its_threshold(clean, robust, n, passed):
+    assert TH["autoattack_regime_se"] == 2 and TH["autoattack_regime_max_eps"] == 0.0025
+    s = _summary(nodef={"aa_clean_acc_eps0.0005": clean, "robust_acc_eps0.0005": robust,
+                        "aa_n_examples_eps0.0005": n}, atat={})
+    df = pc.check_preconditions(s, _atat_metrics([0.9] * 3), CONFIG)
+    row = _regime(df, "robust_below_clean_eps0.0005")
+    assert row["experiment"] == "AutoAttack regime" and bool(row["passed"]) is passed
+    if not math.isnan(clean):
+        d = clean - robust
+        se = math.sqrt(max(d * (1 - d), 0) / n)
+        assert row["value"] == pytest.approx(d) and f"SE = sqrt(d(1-d)/n) = {se:.3f}" in row["note"]
+        assert f"({2 * se:.3f})" in row["threshold"]
+    else:
+        assert "missing" in row["note"]
+    # every AutoAttack epsilon has a row, tagged as eps_tag writes it; 0.031 is reported only
+    checks = set(df.loc[df["model"] == "d/resnet18/nodef/seed0", "check"])
+    assert {f"robust_below_clean_eps{t}" for t in EPS_TAGS} <= checks
+    large = _regime(df, "robust_below_clean_eps0.031")
+    assert pd.isna(large["passed"]) and "reported only" in large["note"]
+    # NoDef only: AT-AT is not a regime gate
+    assert not df.loc[df["model"] == "d/resnet18/atat/seed0", "check"].str.startswith(
+        "robust_below_clean").any()
+
+
+def test_autoattack_regime_is_each_cells_grid_nodef_only():
+    s = _summary(nodef={}, atat={})
+    replicate = {**s.iloc[0].to_dict(), "seed": 103, "replicate": 3}
+    other = {**s.iloc[0].to_dict(), "architecture": "resnet10"}
+    s = pd.concat([s, pd.DataFrame([replicate, other])], ignore_index=True)
+    df = pc.check_preconditions(s, {}, CONFIG)
+    models = set(df.loc[df["experiment"] == "AutoAttack regime", "model"])
+    assert models == {"d/resnet18/nodef/seed0", "d/resnet10/nodef/seed0"}
+
+
+@pytest.mark.parametrize("record,passed", [
+    ({"heldout_acc": 0.9, "n_heldout": 100, "test_acc": 0.9}, True),
+    ({"heldout_acc": 0.899, "n_heldout": 100}, False),
+    ({"test_acc": 0.95, "n_test": 100}, True),     # a record written before heldout_acc
+    ({"heldout_acc": None, "n_heldout": 100}, False),
+    (None, False)])
+def test_evaluation_model_held_out_accuracy_at_its_threshold(record, passed):
+    assert TH["evaluation_heldout_acc"] == 0.9
+    df = pc.check_preconditions(_summary(nodef={}), {}, CONFIG, None, {"d": record})
+    row = _regime(df, "held_out_acc", model="d")
+    assert row["experiment"] == "evaluation model" and bool(row["passed"]) is passed
+    if record and record.get("heldout_acc") is not None:
+        assert "(n=100)" in row["note"] and "evaluation-model-accuracy" in row["note"]
+
+
+@pytest.mark.parametrize("agreement,passed", [(1.0, True), (0.999, False), (None, False)])
+def test_determinism_of_every_model_at_its_threshold(agreement, passed):
+    assert TH["eval_agreement"] == 1.0
+    metrics = _atat_metrics([0.9] * 3)
+    for m in metrics.values():
+        m["eval_agreement"] = agreement
+    df = pc.check_preconditions(_summary(nodef={}, atat={}, mid={}), metrics, CONFIG)
+    rows = df[df["check"] == "repeated_clean_predictions_agree"]
+    assert list(rows["model"]) == [f"d/resnet18/{d}/seed0" for d in ("nodef", "atat", "mid")]
+    assert (rows["experiment"] == "determinism").all()
+    ours = rows[rows["model"] != "d/resnet18/mid/seed0"]
+    assert all(bool(p) is passed for p in ours["passed"])
+    mid = rows[rows["model"] == "d/resnet18/mid/seed0"].iloc[0]
+    assert not bool(mid["passed"]) and "MID samples its bottleneck" in mid["note"]
+    if agreement is None:
+        assert "retrain" in ours.iloc[0]["note"]
+
+
+@pytest.mark.parametrize("attacc,passed", [(0.6, True), (0.59, False), (0.84, True),
+                                           (float("nan"), False)])
+def test_attack_regime_on_the_claims_cells_nodef(attacc, passed):
+    assert TH["nodef_ppa_attacc1"] == 0.6
+    cell = {"dataset": "facescrub", "architecture": "resnet152"}   # the paper's claims cell
+    s = _summary(nodef={**cell, "ppa_attacc1": attacc, "ppa_n_images": 100},
+                 atat={**cell, "ppa_attacc1": 0.1})
+    other = {**s.iloc[0].to_dict(), "architecture": "resnet18"}   # another cell's NoDef
+    s = pd.concat([s, pd.DataFrame([other])], ignore_index=True)
+    df = pc.check_preconditions(s, {}, CONFIG)
+    rows = df[df["check"] == "ppa_attacc1"]
+    assert list(rows["model"]) == ["facescrub/resnet152/nodef/seed0"]
+    row = rows.iloc[0]
+    assert row["experiment"] == "attack regime" and bool(row["passed"]) is passed
+    assert "on 100 attacked images" in row["note"]
+    # no PPA in the run: no row
+    assert "ppa_attacc1" not in set(pc.check_preconditions(
+        s.drop(columns=["ppa_attacc1"]), {}, CONFIG)["check"])
+
+
+def test_each_failed_regime_check_is_a_warning_with_advice(caplog):
+    cell = {"dataset": "facescrub", "architecture": "resnet152"}
+    s = _summary(nodef={**cell, "ppa_attacc1": 0.3, "robust_acc_eps0.0025": 0.0})
+    df = pc.check_preconditions(s, {}, CONFIG, None, {"facescrub": {"heldout_acc": 0.5}})
+    failed = df[df["passed"] == False]  # noqa: E712
+    assert {"robust_below_clean_eps0.0025", "held_out_acc", "ppa_attacc1",
+            "repeated_clean_predictions_agree"} <= set(failed["check"])
+    with caplog.at_level(logging.WARNING, logger="atat.analysis.preconditions"):
+        assert pc.warn_failed(df) == len(failed)
+    text = " ".join(r.getMessage() for r in caplog.records)
+    assert "autoattack.n_examples" in text and "evaluation_model.training" in text
+    assert "inversion.ppa" in text
+
+
+def test_regime_thresholds_are_validated_naming_the_key():
+    from atat.plan.config import validate_config
+
+    for key, value in [("autoattack_regime_max_eps", 0), ("autoattack_regime_se", -1),
+                       ("evaluation_heldout_acc", 1.5), ("eval_agreement", "all"),
+                       ("nodef_ppa_attacc1", 2)]:
+        bad = copy.deepcopy(CONFIG)
+        bad["preconditions"][key] = value
+        with pytest.raises(ConfigError, match=key):
+            validate_config(bad)
+        with pytest.raises(ConfigError, match=key):   # the checks' own reading, too
+            pc.thresholds({"preconditions": {**bad["preconditions"], key: "x"}})
+        missing = copy.deepcopy(CONFIG)
+        del missing["preconditions"][key]
+        with pytest.raises(ConfigError, match=key):
+            validate_config(missing)
+
+
+def test_the_table_caption_describes_the_regime_gates_without_issue_numbers():
+    caption = pc.output("preconditions").caption
+    assert "issue" not in caption.lower()
+    for words in ("AutoAttack", "held-out", "two clean passes", "claims cell"):
+        assert words in caption

@@ -190,6 +190,9 @@ def test_preconditions_main_results_and_figure4_from_their_own_inputs(summaries)
 
     pre = lambda s: check_preconditions(s, {}, plan.config, None)  # noqa: E731
     assert frame(pre, full) == frame(pre, own["preconditions"])
+    # ... with the claims cell NoDef's PPA record (the attack regime) and every NoDef's AutoAttack
+    experiments = set(pre(pd.read_csv(own["preconditions"]))["experiment"])
+    assert {"attack regime", "AutoAttack regime", "determinism"} <= experiments
     # Tables 23-28: the grid's per-image table (rule inversion_per_image: every grid model's
     # attacks, in order) vs the table's own rows (rule output_per_image), with their summaries
     rng = random.Random(7)

@@ -41,6 +41,8 @@ rule preconditions:
         summary=output_summary_file("preconditions"),
         metrics=[f"{model_dir(r)}/metrics.json" for r in RUNS],
         priors=[prior_quality_path(g) for g in QUALITY_GENERATORS],  # rule prior_quality
+        # each attacked dataset's evaluation model: its held-out accuracy
+        evaluation=list(evaluation_metrics_files(PLAN).values()),
     output:
         report(
             "results/tables/preconditions.csv",
@@ -54,6 +56,7 @@ rule preconditions:
         metrics={r.path: f"{model_dir(r)}/metrics.json" for r in RUNS},
         # the attacks' priors -> quality record, None where not measured (a reported row)
         priors={g: None if why else prior_quality_path(g) for g, why in INV_PRIORS.items()},
+        evaluation=evaluation_metrics_files(PLAN),
     log:
         "logs/tables/preconditions.log",
     benchmark:

@@ -317,7 +317,7 @@ def section3_roles(config: Mapping[str, Any]) -> dict[str, list[str]]:
 
 
 def precondition_roles(config: Mapping[str, Any]) -> dict[str, list[str]]:
-    """The experiments whose preconditions :mod:`atat.analysis.preconditions` checks (issue 17):
+    """The experiments whose preconditions :mod:`atat.analysis.preconditions` checks:
     experiment label -> defense names (AT-AT: every defense of type ``atat`` but the variants
     the dose-response sweep generates: they explore other lambdas on purpose, and the sweep's
     own table reports them)."""
@@ -567,6 +567,21 @@ def inversion_priors(config: Mapping[str, Any], inverted: Sequence[Any]) -> dict
     return {name: prior_unmeasured_reason(config, name) for name in sorted(names)}
 
 
+def evaluation_metrics_files(plan: Plan) -> dict[str, str]:
+    """The metrics.json of each attacked dataset's evaluation model (rule
+    train_evaluation_model), by dataset: what the preconditions' evaluation-model row reads."""
+    attacked = sorted({r.dataset for r in plan.runs if run_attacks(plan.config, r)}
+                      if plan.attacks else set())
+    return {d: f"results/evaluation/{d}/metrics.json" for d in attacked}
+
+
+def _claims_nodef_runs(plan: Plan) -> list[Any]:
+    """The claims cell's grid NoDef models (every seed): the preconditions' attack regime."""
+    cell, nodef = claims_cell(plan.config), set(plain_nodef_defenses(plan.config))
+    return [r for r in grid_runs(plan)
+            if (r.dataset, r.architecture) == cell and r.defense in nodef]
+
+
 def prior_quality_path(generator: str) -> str:
     """Where rule prior_quality writes generator ``generator``'s quality record."""
     return f"results/generators/{generator}.quality.json"
@@ -781,13 +796,18 @@ REGISTRY: list[Output] = [
       for n in sorted(ROBUSTNESS_TABLES.values())],
     Output("preconditions", "preconditions", "tables", _preconditions_targets,
            "atat.analysis.preconditions:preconditions_table",
-           "Preconditions of the experiments (issue 17): AT-AT's training PGD success and "
+           "Preconditions of the experiments: AT-AT's training PGD success and "
            "robust-accuracy gap to NoDef, the permuted-label models' training accuracy, "
            "Unseen-Pixels' kept pixels and test accuracy vs. NoDef, the early-stopped NoDef's "
            "val. accuracy vs. Unseen-Pixels', each cell's NoDef training accuracy where the "
            "config sets a recipe criterion, the inversion prior's recognition, precision "
-           "and coverage between a structure-free floor and real faces. passed = False: the "
-           "experiment is not in the paper's regime."),
+           "and coverage between a structure-free floor and real faces; and the measurement's "
+           "own regime: each cell's NoDef robust accuracy below its clean accuracy by at least "
+           "the configured standard errors of the drop (and above 0) at each AutoAttack "
+           "epsilon, the evaluation model's accuracy on held-out private images, every "
+           "model's two clean passes over the test split agreeing (MID samples at evaluation "
+           "by design), and PPA's AttAcc@1 on the claims cell's NoDef. passed = False: the "
+           "experiment is not in the paper's regime; empty: reported only."),
     Output("figure5", "figure5", "tables",
            lambda p: ["results/figures/figure5_adversarial_examples.png"] if figure5_run(p)
            else [], "atat.analysis.figures:adversarial_examples_figure"),
@@ -1000,12 +1020,15 @@ def summary_attacks(plan: Plan) -> list[str]:
 
 
 def _records(plan: Plan, runs: Iterable[Any], *, epsilons: Sequence[float] = (),
-             attacks: str | Sequence[str] = ()) -> list[RunRecords]:
+             attacks: str | Sequence[str] = (),
+             attacked: Sequence[Any] | None = None) -> list[RunRecords]:
     """``runs`` (plan order kept) with AutoAttack at ``epsilons`` and the inversion records of
-    ``attacks`` (``"all"``: every attack run against the model) where the model has them."""
+    ``attacks`` (``"all"``: every attack run against the model) where the model has them
+    (and, given ``attacked``, is one of those models)."""
     out = []
     for r in runs:
-        ran = run_attacks(plan.config, r) if plan.attacks else []
+        ran = (run_attacks(plan.config, r) if plan.attacks
+               and (attacked is None or r in attacked) else [])
         wanted = ran if attacks == "all" else [a for a in ran if a in attacks]
         out.append(RunRecords(r, tuple(float(e) for e in epsilons), tuple(wanted)))
     return out
@@ -1070,8 +1093,10 @@ SUMMARY_SELECTIONS: dict[str, Callable[[Plan], list[RunRecords]]] = {
     **{f"table{n}": _robustness_selection(n) for n in sorted(ROBUSTNESS_TABLES.values())},
     # Figure "robust accuracy vs eps": every row, every epsilon, no inversion
     "figure_robustness": lambda p: _records(p, p.runs, epsilons=p.epsilons),
-    # the preconditions: every model's row (AT-AT's gap reads AutoAttack), no inversion
-    "preconditions": lambda p: _records(p, p.runs, epsilons=p.epsilons),
+    # the preconditions: every model's row (AT-AT's gap and each NoDef's AutoAttack regime read
+    # AutoAttack); PPA of the claims cell's grid NoDef (the attack regime)
+    "preconditions": lambda p: _records(p, p.runs, epsilons=p.epsilons, attacks=["ppa"],
+                                        attacked=_claims_nodef_runs(p)),
     # Tables 21/22: the causal replicates, every record
     "table21_22": lambda p: _records(p, [r for r in p.runs if r.treatment is not None],
                                      epsilons=p.epsilons, attacks="all"),
@@ -1168,6 +1193,7 @@ def output_reads(plan: Plan, entry_id: str) -> list[str]:
     elif entry_id == "preconditions":
         inverted = list(plan.runs) if plan.attacks else []
         reads += [f"results/models/{r.path}/metrics.json" for r in plan.runs]
+        reads += list(evaluation_metrics_files(plan).values())
         reads += [prior_quality_path(g) for g, why in
                   inversion_priors(plan.config, inverted).items() if why is None]
     elif entry_id == "figure5":

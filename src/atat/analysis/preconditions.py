@@ -1,4 +1,4 @@
-"""The experiments' preconditions as checks the workflow reports (issue 17).
+"""The experiments' preconditions as checks the workflow reports.
 
 Each experiment of the paper is only a test of its claim in its regime: AT-AT must make the
 training PGD attack succeed and lower robust accuracy at small epsilon below NoDef's (§4),
@@ -15,11 +15,33 @@ threshold, passed, note``. The thresholds are ``config['preconditions']``. A mis
 value never passes (``passed = False`` with a note); a row that is reported only (AT-AT's
 robust accuracy at the other epsilons) has ``passed`` empty.
 
-The inversion attacks' prior is checked too (issue 17 item 5; experiment ``inversion prior``,
-model ``generators/<name>``): its recognition rate, precision and coverage in the public
+The inversion attacks' prior is checked too (experiment ``inversion prior``, model
+``generators/<name>``): its recognition rate, precision and coverage in the public
 classifier's terms, each normalised between a structure-free floor and real unseen faces
 (:mod:`atat.inversion.prior_quality`, rule ``prior_quality``). A prior that cannot be measured
 (downloaded, or no public-identity classifier) has one reported-only row saying why.
+
+The measurement's own regime (the paper's numbers are measured in it):
+
+* **AutoAttack regime** (model: each cell's grid NoDef; check ``robust_below_clean_eps<tag>``
+  per AutoAttack epsilon): robustness is a regressor of §4 only where AutoAttack separates it
+  from clean accuracy. On the n AutoAttack examples robust-correct implies clean-correct, so the
+  drop d = clean - robust is the share of examples that are clean-correct and broken, a
+  binomial proportion with standard error SE = sqrt(d (1 - d) / n) (the paired SE of the two
+  accuracies). Passes when d > 0, d >= ``autoattack_regime_se`` x SE and robust accuracy > 0
+  (something is left to rank the defenses by). Epsilons above ``autoattack_regime_max_eps``
+  are reported only: at the paper's 0.031 every model has 0% robust accuracy (§4).
+* **evaluation model** (model: the dataset; check ``held_out_acc``): the accuracy of the
+  evaluation model on the private test images it was not trained on, at least
+  ``evaluation_heldout_acc``; AttAcc@1 is this classifier's verdict, and the paper's evaluators
+  are far more accurate (docs/sources.md#evaluation-model-accuracy).
+* **determinism** (every model; check ``repeated_clean_predictions_agree``): the share of test
+  images whose two clean predictions agree (metrics.json ``eval_agreement``, written by
+  :func:`atat.training.train.train`), at least ``eval_agreement``. MID samples its bottleneck at
+  evaluation by design and fails it; the row says so.
+* **attack regime** (model: the claims cell's grid NoDef; check ``ppa_attacc1``): PPA's
+  AttAcc@1 on the undefended model at least ``nodef_ppa_attacc1``: every defense effect is a
+  fall from this level (the paper's NoDef: 84%, §5).
 """
 
 from __future__ import annotations
@@ -32,10 +54,11 @@ from typing import Any, Mapping, Sequence
 import pandas as pd
 
 from atat.base import io
-from atat.plan.config import ConfigError
+from atat.plan.config import ConfigError, eps_tag
 from atat.plan.inversion_defaults import PRIOR_STATISTICS
-from atat.analysis.paper import (inversion_priors, output, plain_nodef_defenses, precondition_roles,
-                        prior_quality_path, prior_unmeasured_reason, section3_roles)
+from atat.analysis.paper import (claims_cell, inversion_priors, output, plain_nodef_defenses,
+                                 precondition_roles, prior_quality_path, prior_unmeasured_reason,
+                                 section3_roles)
 from atat.analysis.summary import robust_column
 
 log = logging.getLogger(__name__)
@@ -44,7 +67,8 @@ COLUMNS = ["experiment", "model", "check", "value", "threshold", "passed", "note
 THRESHOLD_KEYS = ["atat_attack_success", "atat_attack_success_epochs", "atat_robust_eps",
                   "atat_robust_gap", "permuted_train_acc", "unseen_pixels_kept_fraction",
                   "unseen_pixels_test_acc_drop", "prior_recognition", "prior_precision",
-                  "prior_coverage"]
+                  "prior_coverage", "autoattack_regime_max_eps", "autoattack_regime_se",
+                  "evaluation_heldout_acc", "eval_agreement", "nodef_ppa_attacc1"]
 #: optional thresholds (absent: no rows): the demo's recipe criterion, NoDef's training fit
 OPTIONAL_THRESHOLD_KEYS = ["nodef_train_acc"]
 _TOL = 1e-9  # a value exactly at its threshold compares as at it, not as a float below it
@@ -66,8 +90,21 @@ ADVICE = {
                               "(defenses.{defense}.training.eval_every / epochs)",
     "prior_": "train the prior longer or larger (generators.{generator}.train: steps, "
               "channel_base/channel_max, lr, batch_size)",
+    "robust_below_clean": "AutoAttack does not separate robust from clean accuracy at this eps "
+                          "(no drop beyond its noise, or nothing left robust): more examples "
+                          "(autoattack.n_examples), stronger settings (autoattack.settings) or "
+                          "the eps's scale",
+    "held_out_acc": "the evaluation model misjudges unseen images of the private identities: "
+                    "train it longer or from pretrained weights (evaluation_model.training, "
+                    "evaluation_model.pretrained)",
+    "repeated_clean_predictions_agree": "two clean passes of the same weights disagree: random "
+                                        "at evaluation (MID by design) or nondeterministic "
+                                        "kernels",
+    "ppa_attacc1": "PPA does not reach the paper's NoDef leakage on this cell: a larger attack "
+                   "budget (inversion.ppa: candidates, steps) or a more accurate target",
 }
 PRIOR = "inversion prior"  # the experiment label of the prior's rows
+EVALUATION = "evaluation model"
 
 
 def thresholds(config: Mapping[str, Any]) -> dict[str, float]:
@@ -79,8 +116,16 @@ def thresholds(config: Mapping[str, Any]) -> dict[str, float]:
     missing = [k for k in THRESHOLD_KEYS if k not in section]
     if missing:
         raise ConfigError(f"invalid configuration: preconditions: keys {missing} missing")
-    return {k: float(section[k]) for k in THRESHOLD_KEYS + OPTIONAL_THRESHOLD_KEYS
-            if k in section}
+    out = {}
+    for k in THRESHOLD_KEYS + OPTIONAL_THRESHOLD_KEYS:
+        if k not in section:
+            continue
+        v = section[k]
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+            raise ConfigError(f"invalid configuration: preconditions.{k}: {v!r} is not a "
+                              "finite number")
+        out[k] = float(v)
+    return out
 
 
 def cell_prefix(dataset: str, architecture: str) -> str:
@@ -232,21 +277,99 @@ def _early_stop_row(name: str, m: Mapping[str, Any], summary: pd.DataFrame,
                 not math.isnan(gap) and abs(gap) <= drop + _TOL, "; ".join(parts))
 
 
+def autoattack_regime_rows(name: str, r: Mapping[str, Any], epsilons: Sequence[float],
+                           th: Mapping[str, float]) -> list[dict[str, Any]]:
+    """A NoDef's AutoAttack regime at each epsilon (module docstring): the drop d = clean -
+    robust accuracy on the AutoAttack examples against ``autoattack_regime_se`` standard errors
+    SE = sqrt(d (1 - d) / n), and robust accuracy above 0; reported only above
+    ``autoattack_regime_max_eps``."""
+    k, rows = th["autoattack_regime_se"], []
+    for e in epsilons:
+        tag = eps_tag(e)
+        clean, robust, n = (_num(r.get(c)) if not _missing(r.get(c)) else float("nan")
+                            for c in (f"aa_clean_acc_eps{tag}", robust_column(e),
+                                      f"aa_n_examples_eps{tag}"))
+        drop = clean - robust
+        check = f"robust_below_clean_eps{tag}"
+        if any(math.isnan(v) for v in (clean, robust, n)) or n < 1:
+            rows.append(_row("AutoAttack regime", name, check, None,
+                             f">= {k:g} SE and robust acc. > 0", False,
+                             "no AutoAttack record (clean, robust accuracy and examples)"))
+            continue
+        se = math.sqrt(max(drop * (1 - drop), 0.0) / n)
+        note = (f"clean {clean:.3f}, robust {robust:.3f} on {int(n)} AutoAttack examples; drop "
+                f"d = {drop:.3f}, SE = sqrt(d(1-d)/n) = {se:.3f}")
+        if e > th["autoattack_regime_max_eps"] * (1 + _TOL):
+            rows.append(_row("AutoAttack regime", name, check, drop, "", None,
+                             f"reported only (eps above autoattack_regime_max_eps "
+                             f"{th['autoattack_regime_max_eps']:g}); {note}"))
+            continue
+        passed = drop > 0 and drop >= k * se - _TOL and robust > 0
+        rows.append(_row("AutoAttack regime", name, check, drop,
+                         f">= {k:g} SE ({k * se:.3f}) and robust acc. > 0", passed, note))
+    return rows
+
+
+def evaluation_rows(evaluation: Mapping[str, Mapping[str, Any] | None],
+                    config: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The evaluation model of each attacked dataset (``evaluation``: dataset -> its
+    metrics.json, None where missing): held-out accuracy on the private test images."""
+    target = thresholds(config)["evaluation_heldout_acc"]
+    rows = []
+    for dataset, m in sorted(evaluation.items()):
+        m = m or {}
+        value = m.get("heldout_acc", m.get("test_acc"))
+        n = m.get("n_heldout", m.get("n_test"))
+        note = (f"{_wilson(_num(value), n)} (95% Wilson) on the private test images it was not "
+                f"trained on; pretrained: {m.get('pretrained')}; the paper's evaluators: about "
+                f"0.95-0.97 (docs/sources.md#evaluation-model-accuracy)") if m else \
+            "no evaluation-model metrics"
+        rows.append(_row(EVALUATION, dataset, "held_out_acc", value, f">= {target:g}",
+                         not _missing(value) and value >= target - _TOL, note))
+    return rows
+
+
+def _determinism_row(name: str, r: Mapping[str, Any], m: Mapping[str, Any],
+                     th: Mapping[str, float]) -> dict[str, Any]:
+    value = m.get("eval_agreement")
+    note = "share of test images whose two clean passes (same weights, eval mode) agree"
+    if r.get("defense_type") == "mid":
+        note += "; MID samples its bottleneck at evaluation (by design), so its passes differ"
+    if _missing(value) and m:
+        note += "; no eval_agreement in metrics.json: retrain (rule train_model)"
+    return _row("determinism", name, "repeated_clean_predictions_agree", value,
+                f">= {th['eval_agreement']:g}",
+                not _missing(value) and value >= th["eval_agreement"] - _TOL, note)
+
+
+def _attack_regime_row(name: str, r: Mapping[str, Any], th: Mapping[str, float]
+                       ) -> dict[str, Any]:
+    value, n = r.get("ppa_attacc1"), r.get("ppa_n_images")
+    images = "" if _missing(n) else f" on {int(n)} attacked images"
+    return _row("attack regime", name, "ppa_attacc1", value, f">= {th['nodef_ppa_attacc1']:g}",
+                not _missing(value) and value >= th["nodef_ppa_attacc1"] - _TOL,
+                f"PPA AttAcc@1 of the claims cell's NoDef{images}; the paper's NoDef 0.84 "
+                "(§5, App. H): every defense effect is a fall from this level")
+
+
 def check_preconditions(summary: pd.DataFrame, metrics: Mapping[str, Mapping[str, Any]],
                         config: Mapping[str, Any],
-                        priors: Mapping[str, Mapping[str, Any] | None] | None = None
+                        priors: Mapping[str, Mapping[str, Any] | None] | None = None,
+                        evaluation: Mapping[str, Mapping[str, Any] | None] | None = None
                         ) -> pd.DataFrame:
     """One row per (check, model) of every model an experiment applies to (module docstring).
 
     ``metrics``: model name (:func:`model_name`) -> its ``metrics.json`` (``history``,
-    ``n_test``); a model without it fails the checks that need it. ``priors``: see
-    :func:`prior_rows`."""
+    ``n_test``, ``eval_agreement``); a model without it fails the checks that need it.
+    ``priors``: see :func:`prior_rows`. ``evaluation``: see :func:`evaluation_rows`."""
     th = thresholds(config)
     roles = precondition_roles(config)
     nodef = plain_nodef_defenses(config)
     early_stopped = section3_roles(config)["NoDef (early-stopped)"]
     epsilons = [float(e) for e in config["autoattack"]["epsilons"]]
     eps = min(epsilons, key=lambda e: abs(e - th["atat_robust_eps"]))
+    measured = [e for e in epsilons if robust_column(e) in summary.columns]
+    claims = claims_cell(config)
     rows: list[dict[str, Any]] = []
     for _, r in summary.iterrows():
         name, m = model_name(r), metrics.get(model_name(r), {})
@@ -305,6 +428,12 @@ def check_preconditions(summary: pd.DataFrame, metrics: Mapping[str, Mapping[str
                              "accuracy): the recipe criterion of config/demo.yaml"))
         if r["defense"] in early_stopped:
             rows.append(_early_stop_row(name, m, summary, r, th["unseen_pixels_test_acc_drop"]))
+        if r["defense"] in nodef and _missing(r.get("replicate")):  # each cell's grid NoDef
+            rows += autoattack_regime_rows(name, r, measured, th)
+            if (r["dataset"], r["architecture"]) == claims and "ppa_attacc1" in summary.columns:
+                rows.append(_attack_regime_row(name, r, th))
+        rows.append(_determinism_row(name, r, m, th))
+    rows += evaluation_rows(evaluation or {}, config)
     rows += prior_rows(priors or {}, config)
     df = pd.DataFrame(rows, columns=COLUMNS)
     df["passed"] = df["passed"].astype("boolean")
@@ -327,18 +456,21 @@ def warn_failed(df: pd.DataFrame) -> int:
 
 def preconditions_table(summary_csv: str | Path, metrics_files: Mapping[str, str | Path],
                         outputs: Sequence[str | Path], config: Mapping[str, Any],
-                        prior_files: Mapping[str, str | Path | None] | None = None
+                        prior_files: Mapping[str, str | Path | None] | None = None,
+                        evaluation_files: Mapping[str, str | Path] | None = None
                         ) -> pd.DataFrame:
     """``results/tables/preconditions.{csv,md}`` (never fails on a failed check: it is
     reported, and logged as a WARNING). ``prior_files``: each generator the attacks use ->
-    its quality record (rule prior_quality), None where it is not measured."""
+    its quality record (rule prior_quality), None where it is not measured.
+    ``evaluation_files``: each attacked dataset -> its evaluation model's metrics.json."""
     from atat.analysis.tables import write_table  # imports the table builders' dependencies
 
     summary = pd.read_csv(summary_csv)
     metrics = {name: io.read_json(path) for name, path in metrics_files.items()}
     priors = {name: None if path is None else io.read_json(path)
               for name, path in (prior_files or {}).items()}
-    df = check_preconditions(summary, metrics, config, priors)
+    evaluation = {name: io.read_json(path) for name, path in (evaluation_files or {}).items()}
+    df = check_preconditions(summary, metrics, config, priors, evaluation)
     n_failed = warn_failed(df)
     n_checked = int(df["passed"].notna().sum())
     caption = (f"{output('preconditions').caption} {n_checked - n_failed} of {n_checked} "

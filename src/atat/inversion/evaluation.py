@@ -283,6 +283,9 @@ def train_evaluation_model(dataset_root: str | Path, *, out_model: str | Path,
         "train_acc": train_eval["acc"], "val_loss": best["val_loss"], "val_acc": best["val_acc"],
         "test_loss": test["loss"], "test_acc": test["acc"], "test_top5": test["top5"],
         "n_train": train_eval["n"], "n_test": test["n"], "train_seconds": fit["train_seconds"],
+        # the accuracy on private images it never trained on (the test split): the
+        # preconditions' evaluation-model row (docs/sources.md#evaluation-model-accuracy)
+        "heldout_acc": test["acc"], "n_heldout": test["n"], "heldout_split": "test",
         "training": p, "augmentation": aug, "history": fit["history"], "device": str(device),
         "versions": versions(),
     }
