@@ -1,14 +1,19 @@
 # Stage 7: one tidy row per model.
 
+from atat.analysis.paper import evaluation_metrics_files  # noqa: E402
+
 
 rule summary:
     input:
         summary_inputs,
+        # the evaluation models' held-out accuracy: the rescaled AttAcc@1's ceiling
+        evaluation=list(evaluation_metrics_files(PLAN).values()),
     output:
         "results/summary.csv",
     params:
         models=summary_models,
         attacks=SUMMARY_ATTACKS,
+        evaluation=evaluation_metrics_files(PLAN),
     log:
         "logs/summary.log",
     benchmark:
