@@ -27,6 +27,9 @@ is validated: a name an entry refers to that the config or ``config/regressions.
 not define is a :class:`atat.plan.config.ConfigError` naming the key, never a missing target.
 
 Labels: one label per defense / architecture / dataset (the paper's typography), here only.
+A defense variant the paper does not have is labelled by its type (:func:`type_label`,
+:meth:`DefenseLabels.with_types`): a new variant of a known type gets its type's label and
+its name, a new type a readable default from its name.
 
 Adding an output (e.g. a regression table, a causal table, a dose-response figure):
 
@@ -93,6 +96,51 @@ class DefenseLabels(dict):
             return self[key]
         generated = self._generated(key)
         return default if generated is None else generated
+
+    def with_types(self, types: Mapping[str, Any]) -> DefenseLabels:
+        """These labels and one for every variant of ``types`` (variant name -> its defense
+        type; :func:`defense_types`) that has none: its type's label (:func:`type_label`),
+        followed by the variant's name in parentheses unless the variant is named after its
+        type. A new variant ``mid_b2`` of type mid is "MID (mid_b2)"; a variant ``noise`` of a
+        type ``noise`` the paper does not have is "Noise"."""
+        out = DefenseLabels(self)
+        for variant, type_name in types.items():
+            if not isinstance(type_name, str) or self.get(variant) is not None:
+                continue
+            text = type_label(type_name, self)
+            out[variant] = text if variant == type_name else f"{text} ({variant})"
+        return out
+
+
+#: Labels of defense types that have no variant named after them.
+TYPE_LABELS = {"pixel_mask": "Unseen-Pixels"}
+
+
+def type_label(type_name: str, labels: Mapping[str, str] | None = None) -> str:
+    """The label of a defense type: :data:`TYPE_LABELS`, else the label of the variant named
+    after it (``mid`` -> "MID"), else a readable default from the type's name (underscores as
+    spaces, first letter upper case: ``noise_input`` -> "Noise input")."""
+    labels = DEFENSE_LABELS if labels is None else labels
+    if type_name in TYPE_LABELS:
+        return TYPE_LABELS[type_name]
+    if type_name in labels:
+        return labels[type_name]
+    text = type_name.replace("_", " ").strip()
+    return text[:1].upper() + text[1:]
+
+
+def defense_types(*frames: Any, config: Mapping[str, Any] | None = None) -> dict[str, str]:
+    """Variant name -> defense type, from tables with columns ``defense`` and
+    ``defense_type`` (results/summary.csv) and from ``config['defenses']``."""
+    types: dict[str, str] = {}
+    for frame in frames:
+        if frame is not None and {"defense", "defense_type"} <= set(frame.columns):
+            types.update({d: t for d, t in zip(frame["defense"], frame["defense_type"])
+                          if isinstance(t, str)})
+    for name, spec in ((config or {}).get("defenses") or {}).items():
+        if isinstance(spec, Mapping) and isinstance(spec.get("type"), str):
+            types[name] = spec["type"]
+    return types
 
 
 DEFENSE_LABELS = DefenseLabels({"nodef": "NoDef", "atat": "AT-AT", "mid": "MID", "bido": "BiDO",
@@ -690,8 +738,10 @@ class Output:
     labels: Mapping[str, str] = field(default_factory=dict)
     family: str = ""
 
-    def defense_labels(self) -> dict[str, str]:
-        return DefenseLabels({**DEFENSE_LABELS, **self.labels})
+    def defense_labels(self, types: Mapping[str, str] | None = None) -> DefenseLabels:
+        """The row labels of this output; ``types`` (variant -> type) labels the variants
+        the paper does not have (:meth:`DefenseLabels.with_types`)."""
+        return DefenseLabels({**DEFENSE_LABELS, **self.labels}).with_types(types or {})
 
 
 def _const(*files: str) -> Callable[[Plan], list[str]]:

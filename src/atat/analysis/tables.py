@@ -10,7 +10,8 @@ import pandas as pd
 
 from atat.base import io
 from atat.analysis.paper import (ARCH_LABELS, ATTACK_NAMES, DATASET_LABELS, DEFENSE_LABELS,
-                        REGRESSION_TABLE_IDS, output, robustness_table_number, translate)
+                        REGRESSION_TABLE_IDS, defense_types, output, robustness_table_number,
+                        translate)
 from atat.analysis.paper import MAIN_TABLES, main_table_layout
 from atat.analysis.paper import label as _label
 from atat.analysis.summary import robust_column
@@ -64,7 +65,8 @@ def table4(summary_csv: str | Path, outputs: Sequence[str | Path], *, architectu
     table = (df[list(cols)].groupby(["dataset", "defense"], sort=False).mean(numeric_only=True)
              .reset_index())
     table["dataset"] = table["dataset"].map(lambda d: DATASET_LABELS.get(d, d))
-    table["defense"] = table["defense"].map(lambda d: DEFENSE_LABELS.get(d, d))
+    labels = DEFENSE_LABELS.with_types(defense_types(df))
+    table["defense"] = table["defense"].map(lambda d: labels.get(d, d))
     table = table.rename(columns=cols)
     n_seeds = df.groupby(["dataset", "defense"]).size().max()
     caption = (f"Table 4: Leakage (AttAcc@1) vs. clean/robust accuracies under AutoAttack for "
@@ -118,8 +120,10 @@ def hsic_table(hsic_files: Sequence[str | Path], summary_csv: str | Path | None,
     df = pd.DataFrame(recs)
     keys = ["dataset", "architecture", "defense", "seed"]
     has_ppa = False
+    types: dict[str, str] = {}
     if summary_csv is not None:
         summary = pd.read_csv(summary_csv)
+        types = defense_types(summary)
         extra = ["test_acc"] + (["ppa_attacc1"] if "ppa_attacc1" in summary.columns else [])
         has_ppa = "ppa_attacc1" in extra
         summary = summary[keys + extra]
@@ -128,7 +132,7 @@ def hsic_table(hsic_files: Sequence[str | Path], summary_csv: str | Path | None,
     grouped = (df.groupby(["dataset", "architecture", "defense"], sort=False)[value_cols]
                .mean(numeric_only=True).reset_index())
     n_seeds = int(df.groupby(["dataset", "architecture", "defense"]).size().max())
-    labels = entry.defense_labels()
+    labels = entry.defense_labels(types)
     out = pd.DataFrame({
         "Dataset": grouped["dataset"].map(lambda d: DATASET_LABELS.get(d, d)),
         "Architecture": grouped["architecture"].map(lambda a: ARCH_LABELS.get(a, a)),
@@ -163,6 +167,7 @@ def _rows_of(summary: pd.DataFrame, roles: Mapping[str, Sequence[str]], attack: 
     """Rows of the given defense roles (role label -> defense names) per (dataset,
     architecture) cell, mean over seeds, with the columns ``cols`` (summary name -> label)."""
     rows = []
+    labels = DEFENSE_LABELS.with_types(defense_types(summary))
     for (ds, arch), cell in summary.groupby(["dataset", "architecture"], sort=True):
         for label, names in roles.items():
             part = cell[cell["defense"].isin(list(names))]
@@ -172,7 +177,7 @@ def _rows_of(summary: pd.DataFrame, roles: Mapping[str, Sequence[str]], attack: 
             for defense, g in part.groupby("defense", sort=False):
                 row = {"Dataset": DATASET_LABELS.get(ds, ds),
                        "Architecture": ARCH_LABELS.get(arch, arch),
-                       "Model": DEFENSE_LABELS.get(defense, defense) if several else label}
+                       "Model": labels.get(defense, defense) if several else label}
                 for col, out in cols.items():
                     row[out] = float(g[col].mean()) if col in g.columns else float("nan")
                 rows.append(row)
@@ -256,7 +261,8 @@ def robustness_table(summary_csv: str | Path, outputs: Sequence[str | Path], *,
         table["Examples"] = grouped[n_col].min().astype(int).to_numpy()
     table["dataset"] = table["dataset"].map(lambda d: _label(DATASET_LABELS, d))
     table["architecture"] = table["architecture"].map(lambda a: _label(ARCH_LABELS, a))
-    table["defense"] = table["defense"].map(lambda d: _label(DEFENSE_LABELS, d))
+    labels = DEFENSE_LABELS.with_types(defense_types(df))
+    table["defense"] = table["defense"].map(lambda d: _label(labels, d))
     table = table.rename(columns={"dataset": "Dataset", "architecture": "Architecture",
                                   "defense": "Defense", **cols})
     n_ex = sorted(set(df[n_col].dropna().astype(int))) if n_col in df.columns else []
@@ -545,12 +551,13 @@ def main_results_table(per_image: pd.DataFrame, summary: pd.DataFrame | None,
             f" [{f.format(lo)}, {f.format(hi)}]"
         return f.format(r[m]) + band
 
+    labels = DEFENSE_LABELS.with_types(defense_types(per_image, summary, config=config))
     rows = []
     for r in res.to_dict("records"):
         row = {"Attack": ATTACK_NAMES.get(r["attack"], r["attack"]),
                "Dataset": _label(DATASET_LABELS, r["dataset"]),
                "Architecture": _label(ARCH_LABELS, r["architecture"]),
-               "Defense": _label(DEFENSE_LABELS, r["defense"])}
+               "Defense": _label(labels, r["defense"])}
         if "test_acc" in r:
             row["Test acc."] = "" if pd.isna(r["test_acc"]) else f.format(r["test_acc"])
         row["AttAcc@1"] = cell(r, "attacc1")
