@@ -69,12 +69,12 @@ lock: venv-test
 	$(VENV)/bin/uv pip compile pyproject.toml -c $(TEST_LOCK) $(LOCK_FLAGS) -o $(LOCK)
 
 # The locks of another torch build (TORCH_INDEX_URL=https://download.pytorch.org/whl/<backend>,
-# e.g. cu126): torch and torchvision at pyproject.toml's versions and their CUDA packages from
-# PyTorch's index (uv's --torch-backend <backend>: only the PyTorch packages come from there),
-# every other package at the default test lock's version (TORCH_CONSTRAINTS: its pins without
-# torch, torchvision, triton, nvidia-* and cuda-*), each file's sha256. Needs a machine that
-# reaches the index; fails if the index has no build of the pinned versions (then try another
-# backend: cu128, cu129).
+# e.g. cu126): torch and torchvision at pyproject.toml's versions, built for that backend, from
+# PyTorch's index (uv's --torch-backend <backend> takes only PyTorch's own packages from there),
+# the CUDA libraries that build requires (nvidia-*), every other package at the default test
+# lock's version (TORCH_CONSTRAINTS: its pins without torch, torchvision, triton, nvidia-* and
+# cuda-*), each file's sha256. Needs a machine that reaches the index; fails if the index has
+# no build of the pinned versions (then try another backend: cu128, cu129).
 TORCH_CONSTRAINTS := $(VENV)/torch-constraints.txt
 TORCH_FAMILY := ^(torch|torchvision|triton|nvidia-[a-z0-9-]+|cuda-[a-z0-9-]+)==
 ifneq ($(filter lock-torch,$(MAKECMDGOALS)),)
