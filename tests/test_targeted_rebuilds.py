@@ -59,12 +59,12 @@ def test_every_output_plans_exactly_its_registry_cone(dags, key):
 
 def test_the_claims_rule_reads_the_dose_response_endpoints_per_image_files(dags):
     """The demo's claims job takes the per-image files of its dose-response sweep's endpoints
-    (lambda 0: the cell's NoDef; 1.0: a generated variant) straight from their invert jobs:
+    (lambda 0: the cell's NoDef; 0.16: a generated variant) straight from their invert jobs:
     the paired interval of the dose-response claim pairs them class by class."""
     dag = dags["demo"]
     ends = paper.claims_inputs(tc.plan_of(dag))["dose_per_image"]
     assert ends == [f"results/inversion/synthfaces/resnet18/{d}/seed0/ppa/per_image.csv"
-                    for d in ("nodef", "atat_w1")]
+                    for d in ("nodef", "atat_w0p16")]
     claims = dag.producer["results/tables/claims.csv"]
     assert {rule for rule, _ in dag.jobs_of(ends)} == {"invert"}
     assert dag.jobs_of(ends) <= dag.deps[claims]

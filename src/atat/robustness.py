@@ -108,6 +108,7 @@ from torch import Tensor, nn
 from atat.base import io
 from atat.base.fetch.verify import sha256sum
 from atat.plan.config import check_autoattack_settings, eps_tag
+from atat.plan.eps_scale import applied_pixel_radius
 from atat.data.loading import make_loader
 from atat.base.precision import (DEFAULT_PRECISION, PRECISIONS, attack_precision, check_precision,
                             no_tf32, tf32_active)
@@ -919,8 +920,8 @@ def _trained_model(model_path: str | Path, device: str) -> tuple[NormalizedModel
 def evaluate_autoattack_model_file(*, model_path: str | Path, dataset_root: str | Path,
                                    outputs: Mapping[float, str | Path],
                                    settings: Mapping[str, Any], resolution: int,
-                                   device: str = "cpu", resume_dir: str | Path | None = None
-                                   ) -> list[dict[str, Any]]:
+                                   device: str = "cpu", resume_dir: str | Path | None = None,
+                                   epsilon_factor: float = 1.0) -> list[dict[str, Any]]:
     """One job of rule ``autoattack``: the trained model at each ε of ``outputs`` (ε → JSON
     path, run in that order), the model and its examples loaded once (config
     ``autoattack.job``: one ε per job, or every ε of the model in one job). ``settings`` is
@@ -929,6 +930,11 @@ def evaluate_autoattack_model_file(*, model_path: str | Path, dataset_root: str 
     ``settings["seed"]`` (:func:`evaluate_autoattack` seeds before its first forward and runs
     inside a forked RNG), so a record does not depend on which ε ran before it in the process:
     both job layouts write the same files (``seconds`` aside).
+
+    ``epsilon_factor`` (config ``epsilon_scale.factor``; :mod:`atat.plan.eps_scale`): the keys
+    of ``outputs`` are the paper's ε; the attack runs at ``min(factor x ε, 1)``. The record's
+    ``epsilon`` and ``epsilon_tag`` stay the paper's ε; ``epsilon_applied`` and
+    ``epsilon_factor`` say what ran.
 
     ``resume_dir`` (rule ``autoattack``: ``results/.resume/autoattack/<model>``): each ε keeps
     its progress in ``<resume_dir>/eps<tag>/`` (tag of the configured ε, as the output file),
@@ -947,7 +953,7 @@ def evaluate_autoattack_model_file(*, model_path: str | Path, dataset_root: str 
                           else None) for epsilon in outputs}
     results = []
     for epsilon, out_path in outputs.items():
-        applied = float(epsilon)  # the epsilon the attack runs at
+        applied = applied_pixel_radius(epsilon_factor, epsilon)  # the epsilon the attack runs at
         result = evaluate_autoattack(
             net, x, y, epsilon=applied,
             attacks=tuple(settings["attacks"]), version=settings["version"],
@@ -955,6 +961,8 @@ def evaluate_autoattack_model_file(*, model_path: str | Path, dataset_root: str 
             seed=settings["seed"], device=device, precision=precision,
             resume_dir=eps_dirs[epsilon], resume_inputs=inputs)
         result.update(model_id=ckpt["model_id"], split=settings["split"],
+                      epsilon=float(epsilon), epsilon_applied=applied,
+                      epsilon_factor=float(epsilon_factor),
                       epsilon_tag=eps_tag(epsilon), model_path=str(model_path))
         io.write_json(out_path, result)
         log.info("%s eps=%s robust accuracy %.4f (clean %.4f, precision %s)", ckpt["model_id"],

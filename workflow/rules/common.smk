@@ -20,6 +20,7 @@ from atat.plan.config import (  # noqa: E402
 from atat.plan.config import inversion_params, inversion_shards  # noqa: E402
 from atat.plan.config import dose_response_points, with_dose_response  # noqa: E402
 from atat.plan.config import n_classes as _n_classes  # noqa: E402
+from atat.plan.eps_scale import factor as epsilon_factor  # noqa: E402
 from atat.analysis.claims import load_plan as load_claims_plan  # noqa: E402
 from atat.plan.config_memo import validate_config_once  # noqa: E402
 from atat.data.manifest import STAMP_SUFFIX  # noqa: E402

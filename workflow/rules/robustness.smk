@@ -17,6 +17,7 @@ rule autoattack:
         resolution=lambda wc: dataset_resolution(wc.dataset),
         epsilons=autoattack_epsilons,
         autoattack=config["autoattack"],
+        epsilon_factor=epsilon_factor(config),  # run at factor x eps (atat.plan.eps_scale)
     log:
         f"logs/autoattack/{AUTOATTACK_JOB_NAME}.log",
     benchmark:

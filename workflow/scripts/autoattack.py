@@ -15,4 +15,5 @@ evaluate_autoattack_model_file(
     model_path=snakemake.input.model, dataset_root=p.dataset_root,  # noqa: F821
     outputs=dict(zip(map(float, p.epsilons), snakemake.output)),  # noqa: F821
     settings=p.autoattack, resolution=p.resolution, device=device(),
-    resume_dir=f"results/.resume/autoattack/{w.dataset}/{w.arch}/{w.defense}/seed{w.seed}")
+    resume_dir=f"results/.resume/autoattack/{w.dataset}/{w.arch}/{w.defense}/seed{w.seed}",
+    epsilon_factor=p.epsilon_factor)  # the attack runs at factor x eps (atat.plan.eps_scale)

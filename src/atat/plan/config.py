@@ -16,6 +16,7 @@ from typing import Any, Iterable, Mapping
 import jsonschema
 import yaml
 
+from atat.plan import eps_scale
 from atat.plan.inversion_defaults import EVAL_TRAINING_DEFAULTS, ifgmi_settings
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
@@ -134,6 +135,7 @@ def _check_semantics(config: Mapping[str, Any]) -> None:
                 variant, f"defenses.{name}")
         except DefenseConfigError as exc:
             raise ConfigError(f"invalid configuration: {exc}") from None
+    eps_scale.check(config)   # the one epsilon rule (atat.plan.eps_scale)
     for name, variant in config["defenses"].items():
         prior = variant.get("prior")
         if prior is not None and config["defenses"].get(prior, {}).get("type") != variant["type"]:
@@ -969,12 +971,14 @@ def defense_params(config: Mapping[str, Any], defense: str,
                    cell: tuple[str, str] | None = None) -> dict[str, Any]:
     """Parameters of defense variant ``defense`` (its ``training`` recipe left out), updated
     key by key by the ``defense`` patch of every ``overrides`` entry matching ``cell`` =
-    (dataset, architecture), in order; ``cell=None``: the variant as defined."""
+    (dataset, architecture), in order; ``cell=None``: the variant as defined. Radii taken from
+    the paper (AT-AT's, AT's) come out multiplied by ``epsilon_scale.factor``
+    (:mod:`atat.plan.eps_scale`): the values the model trains with."""
     params = {k: v for k, v in config["defenses"][defense].items() if k != "training"}
     if cell is not None:
         for rule in _matching_overrides(config, cell[0], cell[1], defense):
             params.update(rule.get("defense", {}))
-    return params
+    return eps_scale.scaled_defense_params(config, params)   # radii: factor x the paper's
 
 
 def eps_tag(eps: float) -> str:

@@ -59,6 +59,7 @@ __all__ = [
     "paper_statistics",
     "causal_sample",
     "expand_grids",
+    "sensitivity_specs",
     "select_sample",
     "build_design",
     "parameter_count",
@@ -155,7 +156,10 @@ GRID_KEYS = ("table", "response", "response_label", "sample", "families", "regre
 #: Top-level keys of config/regressions.yaml and the keys of its fixed-form sections.
 FILE_KEYS = {"defaults": None, "regressor_sets": None, "grids": None,
              "specs": None, "cost_of_privacy": ("spec", "terms"),
-             "causal": ("treatment", "beta_responses", "ols_responses")}
+             "causal": ("treatment", "beta_responses", "ols_responses"),
+             "sensitivity": None}
+#: Keys of an entry of ``sensitivity`` (:func:`sensitivity_specs`).
+SENSITIVITY_KEYS = ("tables", "exclude_defenses", "note")
 #: Keys of the workflow config's ``statistics`` section (declared per config, issue 17): the
 #: named estimation samples the specifications refer to and the reference levels of the
 #: dataset/architecture factors (the paper: FaceScrub / ResNet-152).
@@ -272,6 +276,18 @@ def check_regressions(config: Mapping[str, Any], path: str | Path = "config/regr
         if known_tables is not None and spec.get("table") and spec["table"] not in known_tables:
             fail(f"specs[{i}].table", f"'{spec['table']}' is not a regression table "
                                       f"(known: {known_tables})")
+    grid_tables = {g.get("table") for g in config.get("grids") or [] if isinstance(g, Mapping)}
+    for name, entry in (config.get("sensitivity") or {}).items():
+        key = f"sensitivity.{name}"
+        unknown(entry, SENSITIVITY_KEYS, key)
+        for req in ("tables", "exclude_defenses", "note"):
+            if not entry.get(req):
+                fail(key, f"'{req}' is required (a sensitivity analysis says what it leaves "
+                          "out, from which tables and why)")
+        for table in entry["tables"]:
+            if table not in grid_tables:
+                fail(f"{key}.tables", f"'{table}' is not the table of a grid "
+                                      f"(grids: {sorted(t for t in grid_tables if t)})")
 
 
 def expand_grids(config: Mapping[str, Any],
@@ -350,6 +366,35 @@ def expand_grids(config: Mapping[str, Any],
         raise ConfigError(f"{path}: cost_of_privacy.spec: '{cop}' is not a specification the "
                           "file defines")
     return [_norm_spec(s) for s in specs]
+
+
+def sensitivity_specs(config: Mapping[str, Any],
+                      path: str | Path = "config/regressions.yaml",
+                      statistics: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
+    """The sensitivity analyses of a regressions config: for each entry ``<name>`` of its
+    ``sensitivity`` section (``{tables, exclude_defenses, note}``), every specification of the
+    grids of those ``tables`` (:func:`expand_grids`) again, with ``exclude_defenses`` added to
+    its sample. They sit *beside* the pre-registered specifications, never instead of them:
+    named ``<spec>__<name>``, table ``<table> sensitivity <name>`` (so no paper table shows
+    them), sample name ``<sample> without <defenses>``; :func:`expand_grids` leaves them out
+    and rule ``regressions`` fits both into one tidy file."""
+    stats = _statistics(statistics)
+    check_regressions(config, path, statistics=stats)
+    base = expand_grids(config, path, statistics=stats)
+    out: list[dict[str, Any]] = []
+    for name, entry in (config.get("sensitivity") or {}).items():
+        drop = [str(d) for d in _as_list(entry["exclude_defenses"]) or []]
+        for spec in base:
+            if spec["table"] not in entry["tables"]:
+                continue
+            s = copy.deepcopy(spec)
+            s["sample"]["exclude_defenses"] = list(dict.fromkeys(
+                (_as_list(s["sample"].get("exclude_defenses")) or []) + drop))
+            s["name"] = f"{spec['name']}__{name}"
+            s["table"] = f"{spec['table']} sensitivity {name}"
+            s["sample_name"] = f"{spec.get('sample_name', '')} without {', '.join(drop)}".strip()
+            out.append(_norm_spec(s))
+    return out
 
 
 # --------------------------------------------------------------------------- data
