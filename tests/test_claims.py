@@ -1,5 +1,11 @@
 """atat.analysis.claims: the paper's claims against a run, on simulated workflow outputs where each
-claim holds (or fails) by construction, and the claims rule's inputs under the demo plan."""
+claim holds (or fails) by construction, and the claims rule's inputs under the demo plan.
+
+Plan revision 3 declares some parts undecidable by design (their verdict is never read): the
+tests of the verdict logic judge the simulated runs under :func:`decidable_plan`, the committed
+plan less those declarations (and the cost of privacy on the cost table's Wald interval, since
+the simulated run has no regression sample to refit); the committed plan's own verdicts are
+tested where they differ."""
 
 from __future__ import annotations
 
@@ -75,10 +81,12 @@ def _write(tmp: Path, cells: dict, demo: dict, *, causal_gap: float = 0.5) -> di
             est, se = (th, th / 4) if sample == "generic" else (0.0, th / 20)
             tidy.append({"spec": f"{table}_{attack}_{sample}_eps{eps}_ols", "status": "ok",
                          "term": f"robust_acc_eps{eps}", "estimate": est, "se": se,
+                         "se_hc3": se, "df_bm_hc3": 8.0,
                          "df_resid": 15, "ci_low": est - 2.13 * se, "ci_high": est + 2.13 * se,
                          "r2": 0.8, "n": 18})
         tidy.append({"spec": f"{table}_{attack}_{sample}_joint_ols", "status": "ok",
-                     "term": "test_acc", "estimate": 0.1, "se": 0.15, "df_resid": 13,
+                     "term": "test_acc", "estimate": 0.1, "se": 0.15, "se_hc3": 0.15,
+                     "df_bm_hc3": 6.0, "df_resid": 13,
                      "ci_low": -0.2, "ci_high": 0.4, "r2": 0.93, "n": 18})
     pd.DataFrame(tidy).to_csv(tmp / "regressions.csv", index=False)
     # the Beta slopes: of the paper's size at mean leakage 0.4 (theta = 1/(gamma 0.24)) at eps
@@ -94,7 +102,8 @@ def _write(tmp: Path, cells: dict, demo: dict, *, causal_gap: float = 0.5) -> di
     pd.DataFrame({"experiment": ["AT-AT", "permuted labels", "Unseen-Pixels"],
                   "model": [f"synthfaces/resnet18/{d}/seed0"
                             for d in ("atat", "permuted", "unseen_pixels")],
-                  "check": ["a", "b", "c"],
+                  "check": ["a", "b", "c"], "value": [0.8, 1.0, 0.02],
+                  "threshold": [">= 0.5", "> 0.99", "< 0.03"],
                   "passed": [True, True, True]}).to_csv(tmp / "pre.csv", index=False)
     pd.DataFrame({"weight_adv": [0, 0.25, 0.5, 1.0],
                   "defense": ["nodef", "atat_w0p25", "atat", "atat_w1"],
@@ -115,7 +124,55 @@ def _write(tmp: Path, cells: dict, demo: dict, *, causal_gap: float = 0.5) -> di
     return dict(summary_csv=tmp / "summary.csv", per_image_csv=tmp / "per_image.csv",
                 regressions_csv=tmp / "regressions.csv", cost_csv=tmp / "cost.csv",
                 hsic_files=hsic, preconditions_csv=tmp / "pre.csv", dose_csv=tmp / "dose.csv",
-                dose_per_image=dose_files, outputs=[tmp / "claims.csv", tmp / "claims.md"])
+                dose_per_image=dose_files, outputs=[tmp / "claims.csv", tmp / "claims.md"],
+                test_predictions=write_predictions(tmp, {d: v[1] for d, v in cells.items()},
+                                                   rng))
+
+
+N_TEST = 1000   # the simulated summary's n_test
+
+
+def write_predictions(tmp: Path, accuracy: dict, rng, dataset: str = "synthfaces",
+                      architecture: str = "resnet18", n: int = N_TEST) -> list[Path]:
+    """Each model's per-test-image predictions (results/models/.../test_predictions.csv) with
+    exactly its test accuracy: an image is right when a shared difficulty (0.8) plus the
+    model's own noise (0.2) is below the model's quantile, so models agree on most images."""
+    difficulty = rng.random(n)
+    labels = rng.integers(0, 20, n)
+    files = []
+    for d, acc in accuracy.items():
+        score = 0.8 * difficulty + 0.2 * rng.random(n)
+        correct = np.zeros(n, int)
+        correct[np.argsort(score)[: int(round(acc * n))]] = 1
+        path = tmp / "models" / dataset / architecture / d / "seed0" / "test_predictions.csv"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        pd.DataFrame({"index": np.arange(n), "label": labels,
+                      "pred": np.where(correct == 1, labels, (labels + 1) % 20),
+                      "correct": correct, "pred_repeat": np.where(correct == 1, labels,
+                                                                  (labels + 1) % 20)}
+                     ).to_csv(path, index=False)
+        files.append(path)
+    return files
+
+
+def decidable_plan(tmp: Path, edit=None) -> Path:
+    """The committed plan less its `undecidable` declarations, the cost of privacy judged on
+    the cost table's Wald interval (a simulated run has no regression sample to refit), and
+    ``edit`` applied: the verdict logic's own tests."""
+    raw = yaml.safe_load(C.PLAN_PATH.read_text())
+
+    def strip(node):
+        if isinstance(node, dict):
+            node.pop("undecidable", None)
+            for v in node.values():
+                strip(v)
+    strip(raw)
+    raw["claims"]["cost"]["interval"] = C.BETA_WALD
+    if edit is not None:
+        edit(raw)
+    path = tmp / "decidable.yaml"
+    path.write_text(yaml.safe_dump(raw, allow_unicode=True))
+    return path
 
 
 @pytest.fixture
@@ -125,7 +182,7 @@ def demo():  # with the demo's designed dose-response sweep (cut from config/dem
 
 def test_claims_that_hold_by_construction_are_supported(tmp_path, demo):
     files = _write(tmp_path, HOLDS, demo)
-    t = claims_table(demo, **files).set_index("claim")
+    t = claims_table(demo, **files, plan=decidable_plan(tmp_path)).set_index("claim")
     assert set(t["verdict"]) <= set(VERDICTS)
     v = t["verdict"].to_dict()
     for claim in ("hsic_bido", "hsic_tldmi", "hsic_negls", "hsic_bido_star",
@@ -140,40 +197,93 @@ def test_claims_that_hold_by_construction_are_supported(tmp_path, demo):
     assert "84% -> 6.5%" in t.loc["causal_atat", "paper"]
     assert "theta_P -4.343" in t.loc["causal_atat", "threshold"]
     assert "Delta 0.1" in t.loc["unseen_pixels_unseen_pixels", "threshold"]
+    # §6's accuracy: Tango's paired interval over the models' per-test-image predictions
+    assert "Tango paired score over the same test images" in t.loc["atat_ppa", "basis"]
     md = files["outputs"][1].read_text()
-    assert md.startswith("The paper's claims against this run") and "supported" in md
+    # claims.md opens with the regime each claim reads, then the claims table
+    assert md.startswith("The regime each claim reads") and "supported" in md
+    assert md.index("The paper's claims against this run") > md.index("| claim |")
     assert "consistent" not in md
+
+
+def test_the_committed_plans_undecidable_parts_are_never_read(tmp_path, demo):
+    """Revision 3 declares before the run which parts cannot decide (their power at theta_P,
+    or at no difference for a claim of no effect, is below 80% at the planned size): on the
+    same run as above those claims read 'too weak to say (undecidable by design)' with the
+    reason, their estimates still shown; the other claims keep their verdicts."""
+    files = _write(tmp_path, HOLDS, demo)
+    t = claims_table(demo, **files).set_index("claim")
+    for claim in ("tradeoff_ppa", "tradeoff_ifgmi", "clean_acc_ppa", "tradeoff_gradient",
+                  "atat_ppa", "atat_ifgmi"):
+        assert t.loc[claim, "verdict"] == C.UNDECIDABLE, (claim, t.loc[claim, "run"])
+        assert "declared undecidable by design before the run" in t.loc[claim, "basis"]
+    assert "power 0.19 (PPA)" in t.loc["tradeoff_ppa", "basis"]
+    assert "eps 0.0005: 0.185 [" in t.loc["tradeoff_ppa", "run"]      # the estimate is shown
+    assert "(too weak to say (undecidable by design))" in t.loc["atat_ppa", "run"]
+    for claim in ("hsic_tldmi", "permuted_permuted", "causal_atat", "dose_response"):
+        assert t.loc[claim, "verdict"] == "supported", claim
+    # the simulated run has no regression sample: the bootstrap of the cost cannot refit
+    assert t.loc["cost_robust_acc_eps0.0025", "verdict"] == "not testable"
+    assert "regression specifications" in t.loc["cost_robust_acc_eps0.0025", "run"]
+    # how the seed's spread enters each claim that compares trained models
+    assert t.loc["atat_ppa", "seed"].startswith("added (ppa_attacc1: s2")
+    assert "test_acc: s2" in t.loc["atat_ppa", "seed"]
+    assert t.loc["tradeoff_ppa", "seed"].startswith("in the regression's residuals")
+    assert t.loc["causal_atat", "seed"].startswith("over the causal replicates")
+    assert t.loc["hsic_tldmi", "seed"].startswith("added (ppa_attacc1") and \
+        "not measured by any replicate" in t.loc["hsic_tldmi", "seed"]
 
 
 def test_claims_the_run_contradicts_say_so(tmp_path, demo):
     cells = dict(HOLDS)
     cells["bido"] = (0.30, 0.70, 0.55, 0.6)            # BiDO does lower HSIC
     cells["unseen_pixels"] = (0.10, 0.62, 0.60, 1.0)   # Unseen-Pixels far more private
+    cells["atat"] = (0.30, 0.75, 0.70, 1.0)
     cells["rolss"] = (0.0, 0.80, 0.60, 1.0)            # a baseline dominates AT-AT
     cells["bido_lx1e3"] = (0.10, 0.70, 0.60, 1.3)      # BiDO**: higher HSIC, better defense
     files = _write(tmp_path, cells, demo, causal_gap=-0.3)   # AT-AT raises AttAcc@1
-    t = claims_table(demo, **files).set_index("claim")["verdict"]
-    for claim in ("hsic_bido", "unseen_pixels_unseen_pixels", "atat_ppa", "hsic_bido_star",
-                  "causal_atat"):
-        assert t[claim] == "contradicted", claim
+    for plan in (None, decidable_plan(tmp_path)):
+        t = claims_table(demo, **files, **({"plan": plan} if plan else {})
+                         ).set_index("claim")
+        for claim in ("hsic_bido", "unseen_pixels_unseen_pixels", "atat_ppa", "hsic_bido_star",
+                      "causal_atat"):
+            assert t.loc[claim, "verdict"] == "contradicted", (claim, t.loc[claim, "run"])
+        # AT-AT's AttAcc@1 part against RoLSS contradicts on its Bonferroni interval over the
+        # 14 parts of the claim (7 baselines x AttAcc@1 and accuracy)
+        assert "RoLSS contradicted (AttAcc@1 0.300 [" in t.loc["atat_ppa", "run"]
+        assert "on its 99.3% Bonferroni interval over 14 parts" in t.loc["atat_ppa", "run"]
 
 
-def test_a_failed_precondition_makes_its_claims_not_testable(tmp_path, demo):
+def test_a_failed_precondition_puts_its_claims_out_of_the_papers_regime(tmp_path, demo):
+    """Revision 3: a failed check of a precondition the claim reads (the plan's regime) makes
+    it 'not in the paper's regime' (revision 2: 'not testable'), naming the check, its value
+    and its threshold."""
     files = _write(tmp_path, HOLDS, demo)
     pre = pd.read_csv(files["preconditions_csv"])
     pre.loc[pre["experiment"] == "AT-AT", "passed"] = False
     pre.to_csv(files["preconditions_csv"], index=False)
     t = claims_table(demo, **files).set_index("claim")
-    assert t.loc["causal_atat", "verdict"] == "not testable"
-    assert "failed: a" in t.loc["causal_atat", "basis"]
+    assert t.loc["causal_atat", "verdict"] == C.NOT_IN_REGIME
+    assert "FAILED: AT-AT a synthfaces/resnet18/atat/seed0: 0.8 vs >= 0.5" in \
+        t.loc["causal_atat", "regime"]
     assert t.loc["permuted_permuted", "verdict"] == "supported"    # another experiment
+    # the gates without rows in this simulated table are not checked, never passed
+    assert "regime not checked: recipe, evaluation_model, attack_regime (no rows)" in \
+        t.loc["permuted_permuted", "regime"] or \
+        "regime not checked: recipe, attack_regime (no rows)" in t.loc["permuted_permuted",
+                                                                       "regime"]
+    md = files["outputs"][1].read_text()
+    table = md.split("\n\n")[1]
+    row = next(line for line in table.splitlines() if line.startswith("| causal_atat |"))
+    assert "| FAIL |" in row and "not checked" in row
 
 
 def _fail_atat_check(files: dict, model: str) -> None:
     """Add a failed AT-AT precondition check of ``model`` to the simulated outputs."""
     pre = pd.read_csv(files["preconditions_csv"])
     pre = pd.concat([pre, pd.DataFrame({"experiment": ["AT-AT"], "check": ["a"],
-                                        "model": [model], "passed": [False]})])
+                                        "model": [model], "passed": [False],
+                                        "value": [0.2], "threshold": [">= 0.5"]})])
     pre.to_csv(files["preconditions_csv"], index=False)
 
 
@@ -183,9 +293,9 @@ def test_another_cells_failed_precondition_leaves_the_claims_testable(tmp_path, 
     files = _write(tmp_path, HOLDS, demo)
     _fail_atat_check(files, "synthfaces_b/densenet47/atat/seed0")
     t = claims_table(demo, **files).set_index("claim")
-    assert t.loc["causal_atat", "verdict"] != "not testable"
-    assert "precondition passed" in t.loc["causal_atat", "basis"]
-    assert all(t.loc[c, "verdict"] != "not testable" for c in t.index if c.startswith("atat_"))
+    assert t.loc["causal_atat", "verdict"] == "supported"
+    assert "passed: atat" in t.loc["causal_atat", "regime"]
+    assert all(t.loc[c, "verdict"] != C.NOT_IN_REGIME for c in t.index if c.startswith("atat_"))
 
 
 def _add_cell(files: dict, demo: dict, dataset: str, architecture: str, cells: dict) -> None:
@@ -201,10 +311,13 @@ def _add_cell(files: dict, demo: dict, dataset: str, architecture: str, cells: d
                              "correct_top5": int(i < rate * 100), "dist_face": 0.5})
         models.append({"dataset": dataset, "architecture": architecture, "defense": d,
                        "defense_type": demo["defenses"][d]["type"], "seed": 0, "test_acc": acc,
-                       "n_test": 1000,
+                       "n_test": N_TEST,
                        "treatment": np.nan, "ppa_attacc1": rate, "ppa_n_images": 100})
     pd.concat([per_image, pd.DataFrame(rows)]).to_csv(files["per_image_csv"], index=False)
     pd.concat([summary, pd.DataFrame(models)]).to_csv(files["summary_csv"], index=False)
+    files["test_predictions"] = list(files["test_predictions"]) + write_predictions(
+        Path(files["summary_csv"]).parent, {d: v[1] for d, v in cells.items()},
+        np.random.default_rng(1), dataset, architecture)
 
 
 def test_every_cell_with_atat_gets_its_own_section6_claims(tmp_path, demo):
@@ -214,7 +327,8 @@ def test_every_cell_with_atat_gets_its_own_section6_claims(tmp_path, demo):
     files = _write(tmp_path, HOLDS, demo)
     _add_cell(files, demo, "synthfaces_b", "densenet47",   # MID: more private, as accurate
               {"nodef": (0.6, 0.7), "mid": (0.1, 0.75), "bido": (0.5, 0.7), "atat": (0.4, 0.7)})
-    t = claims_table(demo, **files).set_index("claim")
+    plan = decidable_plan(tmp_path)
+    t = claims_table(demo, **files, plan=plan).set_index("claim")
     assert t.loc["atat_ppa", "verdict"] == "supported"     # the claims cell, as before
     other = t.loc["atat_ppa_synthfaces_b_densenet47"]
     assert other["verdict"] == "contradicted" and "MID" in other["run"]
@@ -223,8 +337,8 @@ def test_every_cell_with_atat_gets_its_own_section6_claims(tmp_path, demo):
     assert "each of the 2 baselines trained in the cell (of the paper's 7)" in other["statement"]
     assert t.loc["atat_ifgmi_synthfaces_b_densenet47", "verdict"] == "contradicted"
     _fail_atat_check(files, "synthfaces_b/densenet47/atat/seed0")
-    t = claims_table(demo, **files).set_index("claim")
-    assert t.loc["atat_ppa_synthfaces_b_densenet47", "verdict"] == "not testable"
+    t = claims_table(demo, **files, plan=plan).set_index("claim")
+    assert t.loc["atat_ppa_synthfaces_b_densenet47", "verdict"] == C.NOT_IN_REGIME
     assert t.loc["atat_ppa", "verdict"] == "supported"
 
 
@@ -471,10 +585,12 @@ def test_the_table_records_the_plans_hash_and_whether_it_predates_the_records(tm
 
 
 def test_a_plan_change_changes_the_verdicts(tmp_path, demo):
-    """The plan decides: a margin of Unseen-Pixels three times narrower turns its supported
+    """The plan decides: a margin of Unseen-Pixels six times narrower turns its supported
     non-inferiority into too weak to say."""
     files = _write(tmp_path, HOLDS, demo)
-    narrow = _bad_plan(tmp_path, lambda r: r["claims"]["unseen_pixels"].update(margin=0.03))
+    assert claims_table(demo, **files).set_index("claim").loc[
+        "unseen_pixels_unseen_pixels", "verdict"] == "supported"
+    narrow = _bad_plan(tmp_path, lambda r: r["claims"]["unseen_pixels"].update(margin=0.015))
     t = claims_table(demo, **files, plan=narrow).set_index("claim")
     assert t.loc["unseen_pixels_unseen_pixels", "verdict"] == "too weak to say"
 
@@ -492,12 +608,23 @@ def test_a_failed_premise_is_its_own_verdict(tmp_path, demo):
 def test_section6_accuracy_is_part_of_the_verdict(tmp_path, demo):
     """A baseline less private than AT-AT but clearly more accurate (0.90 against 0.75 on
     1,000 test images): AT-AT's accuracy is lower beyond the tolerance, so the Pareto claim
-    is contradicted."""
+    is contradicted -- where the plan reads the accuracy part; the committed plan declares it
+    undecidable by design (the seed's spread), and the claim says so."""
     cells = dict(HOLDS)
     cells["mid"] = (0.40, 0.90, 0.55, 1.0)
-    t = claims_table(demo, **_write(tmp_path, cells, demo)).set_index("claim")
+    files = _write(tmp_path, cells, demo)
+    t = claims_table(demo, **files, plan=decidable_plan(tmp_path)).set_index("claim")
     assert t.loc["atat_ppa", "verdict"] == "contradicted"
     assert "MID contradicted" in t.loc["atat_ppa", "run"]
+    assert "acc. -0.150 [" in t.loc["atat_ppa", "run"]
+    t = claims_table(demo, **files).set_index("claim")
+    assert t.loc["atat_ppa", "verdict"] == C.UNDECIDABLE
+    # without the models' per-test-image predictions the accuracy part says what it lacks
+    files["test_predictions"] = []
+    t = claims_table(demo, **files, plan=decidable_plan(tmp_path)).set_index("claim")
+    assert t.loc["atat_ppa", "verdict"] == "not testable"
+    assert "test_predictions.csv) missing for synthfaces/resnet18/atat/seed0" in \
+        t.loc["atat_ppa", "run"]
 
 
 def test_the_demo_plan_builds_the_claims_from_its_own_outputs(demo):
@@ -510,11 +637,13 @@ def test_the_demo_plan_builds_the_claims_from_its_own_outputs(demo):
     for key in ("regressions", "cost", "preconditions"):
         assert inputs[key] in targets, key
     assert inputs["dose"] in targets       # the demo's dose-response sweep (back 2026-12-02)
-    # its endpoints' per-image files (lambda 0: the cell's NoDef; 1.0: a generated variant),
+    # its endpoints' per-image files (the smallest and the largest lambda the config sweeps),
     # made by rule invert, read by the claims rule for the paired interval
+    from atat.plan.config import dose_response_points
+    points = dose_response_points(demo)
     assert inputs["dose_per_image"] == [
         f"results/inversion/synthfaces/resnet18/{d}/seed0/ppa/per_image.csv"
-        for d in ("nodef", "atat_w1")]
+        for d in (points[0].defense, points[-1].defense)]
     assert set(inputs["dose_per_image"]) <= set(output_reads(plan, "claims"))
     assert {f.replace("per_image.csv", "metrics.json") for f in inputs["dose_per_image"]} \
         <= targets                         # attacked models of the plan

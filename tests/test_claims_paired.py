@@ -17,7 +17,7 @@ from scipy import stats as sps
 from atat.analysis import claims as C
 from atat.plan.config import ConfigError, load_config
 
-from test_claims import HOLDS, PAPER, DEMO, ROOT, _write  # noqa: E402
+from test_claims import HOLDS, PAPER, DEMO, ROOT, _write, decidable_plan  # noqa: E402
 
 PLAN = C.load_plan()
 
@@ -80,7 +80,10 @@ def test_fewer_than_two_classes_are_not_testable():
 
 # ------------------------------------------------------------------------------ the plan
 def _plan_with(tmp_path, interval: str, key: tuple[str, ...] | None = None):
-    raw = yaml.safe_load(C.PLAN_PATH.read_text())
+    """The committed plan with ``interval`` at ``key`` (every AttAcc@1 difference without
+    one) and without its parts declared undecidable by design (revision 3), whose verdicts
+    would hide the interval's."""
+    raw = yaml.safe_load(decidable_plan(tmp_path).read_text())
     for k in ([key] if key else [tuple(k.split(".")) for k in C.ATTACC_DIFFERENCE_KEYS]):
         entry = raw
         for part in k:
@@ -109,8 +112,8 @@ def test_the_paired_interval_is_for_attacc_differences_only(tmp_path):
     plan = C.load_plan(_plan_with(tmp_path, C.PAIRED_CLASSES))
     assert {plan.test("atat", "attacc").interval, plan.premise("hsic").interval,
             plan.test("dose_response").interval} == {C.PAIRED_CLASSES}
-    # every other interval keeps its free text
-    assert plan.test("atat", "accuracy").interval.startswith("Newcombe hybrid score (test")
+    # every other interval keeps its own (§6's accuracy: Tango's paired score interval)
+    assert plan.test("atat", "accuracy").interval == C.ACC_TANGO
     assert plan.test("permuted").interval == "Welch t over per-class means"
 
 
@@ -135,9 +138,9 @@ def test_the_plan_dispatches_and_the_table_says_which_interval(tmp_path, demo):
         assert "90% Newcombe hybrid score" in today.loc[claim, "test"], claim
         assert paired.loc[claim, "run"] != today.loc[claim, "run"], claim   # other intervals
         assert paired.loc[claim, "verdict"] == "supported", paired.loc[claim, "run"]
-    # test accuracy stays Newcombe's under either plan
-    assert "test-set accuracies as rates" in paired.loc["atat_ppa", "test"]
-    assert "test accuracy Newcombe" in paired.loc["atat_ppa", "basis"]
+    # test accuracy stays Tango's paired interval under either plan
+    assert "Tango paired score (the same test images)" in paired.loc["atat_ppa", "test"]
+    assert "test accuracy Tango paired score" in paired.loc["atat_ppa", "basis"]
     # the dose-response: judged from its endpoints' per-image files under either plan
     assert today.loc["dose_response", "verdict"] == "supported"
     assert paired.loc["dose_response", "verdict"] == "supported"

@@ -6,10 +6,17 @@
 # atat.analysis.paper.claims_inputs); built when the plan runs an inversion attack.
 
 
+from atat.analysis.claims import prediction_files as claims_prediction_files  # noqa: E402
+
+
 rule claims:
     input:
         unpack(claims_rule_inputs),
         plan=CLAIMS_PLAN,  # the pre-registered analysis plan (config/analysis/claims.yaml)
+        # the Beta fits the plan's bootstrap intervals refit (cost of privacy)
+        regressions_spec=REGRESSIONS_YAML,
+        # the per-test-image predictions of the models §6 compares (its paired accuracy test)
+        test_predictions=lambda wildcards: claims_prediction_files(PLAN),
     output:
         report(
             "results/tables/claims.csv",

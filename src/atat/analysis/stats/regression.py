@@ -66,7 +66,10 @@ __all__ = [
     "check_size",
     "squeeze_unit_interval",
     "fit_ols",
+    "bell_mccaffrey_df",
     "fit_beta",
+    "beta_fit_batch",
+    "beta_bootstrap_t",
     "fit_spec",
     "fit_all",
     "gamma_from_beta",
@@ -103,7 +106,7 @@ TIDY_COLUMNS = [
     "spec", "table", "family", "response", "sample_name", "regressor_set", "controls",
     "regressors", "status", "reason", "term", "estimate", "se", "stat", "p_value",
     "ci_low", "ci_high", "ci_method", "se_nonrobust", "se_hc0", "se_hc1", "se_hc2",
-    "se_hc3", "p_value_nonrobust", "n", "k", "df_resid", "r2", "adj_r2", "pseudo_r2",
+    "se_hc3", "df_bm_hc3", "p_value_nonrobust", "n", "k", "df_resid", "r2", "adj_r2", "pseudo_r2",
     "mae", "response_mean", "phi", "llf", "aic", "beta_squeeze",
     "converged", "notes",
 ]
@@ -647,6 +650,7 @@ def fit_ols(y: pd.Series, X: pd.DataFrame, cov_type: str = "HC2") -> tuple[pd.Da
         "ci_method": f"t({df_resid:g}) {cov_type}: estimate +- {tcrit:.4f} se",
         "se_nonrobust": np.asarray(res.bse, float),
         "se_hc0": hc["hc0"], "se_hc1": hc["hc1"], "se_hc2": hc["hc2"], "se_hc3": hc["hc3"],
+        "df_bm_hc3": bell_mccaffrey_df(np.asarray(X, float), "HC3"),
         "p_value_nonrobust": np.asarray(res.pvalues, float),
     })
     resid = np.asarray(res.resid, float)
@@ -657,6 +661,33 @@ def fit_ols(y: pd.Series, X: pd.DataFrame, cov_type: str = "HC2") -> tuple[pd.Da
         "converged": True,
     }
     return coef, stats, inf
+
+
+def bell_mccaffrey_df(X: np.ndarray, cov_type: str = "HC3") -> np.ndarray:
+    """Bell-McCaffrey degrees of freedom of each OLS coefficient's heteroskedasticity-robust
+    variance (Bell & McCaffrey 2002, Survey Methodology 28:169-181; recommended for small
+    samples by Imbens & Kolesar 2016, Review of Economics and Statistics 98:701-712): the HC
+    variance of coefficient j is a quadratic form u'M W_j M u of the errors (M = I - H, W_j =
+    diag(c_ij^2 / (1 - h_ii)^p), c_j the j-th row of (X'X)^-1 X', p = 1 for HC2, 2 for HC3), and
+    its Satterthwaite degrees of freedom under homoskedastic normal errors are
+    tr(A)^2 / tr(A^2), A = M W_j M. With n = 16-18 models and leverage up to 0.5 they are 3-8,
+    not n - k: a t(n - k) quantile with an HC standard error is too narrow there
+    (tests/test_stats_small_sample.py). NaN where a leverage is 1."""
+    X = np.asarray(X, float)
+    n, k = X.shape
+    xtxi = np.linalg.pinv(X.T @ X)
+    c = xtxi @ X.T                         # (k, n)
+    m = np.eye(n) - X @ c
+    h = np.clip(np.diag(X @ c), 0.0, 1.0)
+    power = {"HC2": 1, "HC3": 2}[cov_type]
+    out = np.full(k, np.nan)
+    if np.any(h > 1 - 1e-10):
+        return out
+    for j in range(k):
+        w = c[j] ** 2 / (1.0 - h) ** power
+        a = m @ (w[:, None] * m)
+        out[j] = np.trace(a) ** 2 / np.sum(a * a)   # A symmetric: tr(A^2) = sum A_ij^2
+    return out
 
 
 def fit_beta(y: pd.Series, X: pd.DataFrame, cov: str = "eim") -> tuple[pd.DataFrame, dict, Any]:
@@ -728,6 +759,137 @@ def fit_beta(y: pd.Series, X: pd.DataFrame, cov: str = "eim") -> tuple[pd.DataFr
         "fit_method": method,
     }
     return coef, stats, res
+
+
+def _beta_loglik(theta: np.ndarray, y: np.ndarray, X: np.ndarray) -> np.ndarray:
+    from scipy.special import expit, gammaln
+
+    k = X.shape[1]
+    mu = expit(theta[:, :k] @ X.T)
+    phi = np.exp(theta[:, k:k + 1])
+    a, b = mu * phi, (1.0 - mu) * phi
+    return np.sum(gammaln(phi) - gammaln(a) - gammaln(b) + (a - 1.0) * np.log(y)
+                  + (b - 1.0) * np.log1p(-y), axis=1)
+
+
+def _beta_score_info(theta: np.ndarray, y: np.ndarray, X: np.ndarray
+                     ) -> tuple[np.ndarray, np.ndarray]:
+    """Score and expected information of (beta, log phi) of a Beta regression with logit mean
+    link and constant precision (Ferrari & Cribari-Neto 2004, J. Applied Statistics
+    31:799-815, section 2), for each row of ``theta`` / ``y``."""
+    from scipy.special import expit, polygamma, psi
+
+    k = X.shape[1]
+    mu = expit(theta[:, :k] @ X.T)                          # (B, n)
+    phi = np.exp(theta[:, k:k + 1])                         # (B, 1)
+    a, b = mu * phi, (1.0 - mu) * phi
+    t = mu * (1.0 - mu)                                     # d mu / d eta
+    ystar = np.log(y) - np.log1p(-y)
+    mustar = psi(a) - psi(b)
+    u_beta = phi * ((t * (ystar - mustar)) @ X)             # (B, k)
+    u_phi = np.sum(mu * (ystar - mustar) + np.log1p(-y) - psi(b) + psi(phi), axis=1)
+    tri_a, tri_b, tri_phi = polygamma(1, a), polygamma(1, b), polygamma(1, phi)
+    w = phi * (tri_a + tri_b) * t * t                       # (B, n)
+    k_bb = phi[:, :, None] * np.einsum("bi,ij,il->bjl", w, X, X)
+    cvec = phi * (tri_a * mu - tri_b * (1.0 - mu))
+    k_bphi = (t * cvec) @ X                                 # (B, k)
+    k_phiphi = np.sum(tri_a * mu ** 2 + tri_b * (1.0 - mu) ** 2, axis=1) - y.shape[1] * \
+        tri_phi[:, 0]
+    p = phi[:, 0]
+    score = np.concatenate([u_beta, (p * u_phi)[:, None]], axis=1)
+    info = np.zeros((len(theta), k + 1, k + 1))
+    info[:, :k, :k] = k_bb
+    info[:, :k, k] = info[:, k, :k] = p[:, None] * k_bphi
+    info[:, k, k] = p * p * k_phiphi
+    return score, info
+
+
+def beta_fit_batch(y: np.ndarray, X: np.ndarray, iterations: int = 100, tol: float = 1e-10
+                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Maximum-likelihood Beta regressions (logit mean link, constant precision, log link) of
+    every row of ``y`` (B, n; values in (0, 1)) on the same design ``X`` (n, k) at once, by
+    Fisher scoring with step halving: the model :func:`fit_beta` fits with statsmodels, for
+    the many refits of a bootstrap. Returns (theta (B, k + 1): the mean coefficients and log
+    phi, cov (B, k + 1, k + 1): the inverse expected information, converged (B,)). Starts
+    from the least-squares fit of logit(y) (Ferrari & Cribari-Neto 2004, section 4)."""
+    from scipy.special import expit
+
+    y = np.atleast_2d(np.asarray(y, float))
+    X = np.asarray(X, float)
+    nb, n = y.shape
+    k = X.shape[1]
+    ystar = np.log(y) - np.log1p(-y)
+    beta0 = np.linalg.lstsq(X, ystar.T, rcond=None)[0].T            # (B, k)
+    resid = ystar - beta0 @ X.T
+    s2 = np.sum(resid ** 2, axis=1, keepdims=True) / max(n - k, 1)
+    mu0 = expit(beta0 @ X.T)
+    phi0 = np.maximum(np.mean(1.0 / (s2 * mu0 * (1.0 - mu0)), axis=1) - 1.0, 1.0)
+    theta = np.concatenate([beta0, np.log(phi0)[:, None]], axis=1)
+    ll = _beta_loglik(theta, y, X)
+    done = np.zeros(nb, bool)
+    with np.errstate(all="ignore"):
+        for _ in range(iterations):
+            score, info = _beta_score_info(theta, y, X)
+            try:
+                step = np.linalg.solve(info, score[..., None])[..., 0]
+            except np.linalg.LinAlgError:
+                step = np.stack([np.linalg.lstsq(i, s, rcond=None)[0]
+                                 for i, s in zip(info, score)])
+            step[done | ~np.all(np.isfinite(step), axis=1)] = 0.0
+            scale = np.ones(nb)
+            new = theta + step
+            ll_new = _beta_loglik(new, y, X)
+            for _ in range(30):            # halve where the likelihood fell
+                worse = ~(ll_new >= ll - 1e-12 * np.abs(ll)) & ~done
+                if not worse.any():
+                    break
+                scale[worse] /= 2.0
+                new[worse] = theta[worse] + scale[worse, None] * step[worse]
+                ll_new[worse] = _beta_loglik(new[worse], y[worse], X)
+            small = np.max(np.abs(new - theta), axis=1) < tol * (1.0 + np.max(np.abs(theta),
+                                                                              axis=1))
+            theta, ll = new, np.where(np.isfinite(ll_new), ll_new, ll)
+            done |= small
+            if done.all():
+                break
+        _, info = _beta_score_info(theta, y, X)
+        cov = np.full_like(info, np.nan)
+        ok = np.all(np.isfinite(info), axis=(1, 2))
+        cov[ok] = np.linalg.pinv(info[ok])
+    converged = done & np.all(np.isfinite(theta), axis=1) & \
+        np.all(np.diagonal(cov, axis1=1, axis2=2) > 0, axis=1)
+    return theta, cov, converged
+
+
+def beta_bootstrap_t(y: np.ndarray, X: np.ndarray, draws: int, seed: int
+                     ) -> dict[str, Any]:
+    """Parametric bootstrap of the studentized mean coefficients of a Beta regression
+    (:func:`beta_fit_batch`'s model; Efron & Tibshirani 1993, ch. 12, the bootstrap-t): fit
+    ``y`` on ``X``, draw ``draws`` responses from the fitted Beta distributions (generator
+    seeded with ``seed``; a draw rounded to 0 or 1 in floating point is moved 1e-12 inside),
+    refit each, and return ``{"theta", "se" (expected-information standard errors of the
+    fit), "t" ((m, k): (beta* - beta_hat) / se* of the m refits that converged), "failed"}``.
+    The one-sided 1 - a bounds of coefficient j are beta_j - q_{1-a}(t_j) se_j and
+    beta_j - q_a(t_j) se_j; the Wald z interval assumes q = -+z, which at n = 10-18 rows is
+    too narrow (tests/test_stats_small_sample.py)."""
+    y = np.asarray(y, float)
+    X = np.asarray(X, float)
+    theta, cov, ok = beta_fit_batch(y[None, :], X)
+    if not ok[0]:
+        raise SpecSkipped("Beta regression failed to converge (Fisher scoring)")
+    theta, se = theta[0], np.sqrt(np.diag(cov[0]))
+    k = X.shape[1]
+    rng = np.random.default_rng(seed)
+    from scipy.special import expit
+
+    mu = expit(X @ theta[:k])
+    phi = float(np.exp(theta[k]))
+    ys = rng.beta(mu * phi, (1.0 - mu) * phi, size=(int(draws), len(y)))
+    ys = np.clip(ys, 1e-12, 1.0 - 1e-12)
+    ts, covs, oks = beta_fit_batch(ys, X)
+    ses = np.sqrt(np.diagonal(covs, axis1=1, axis2=2))[:, :k]
+    t = (ts[oks, :k] - theta[:k]) / ses[oks]
+    return {"theta": theta, "se": se, "t": t, "failed": int((~oks).sum())}
 
 
 def fit_spec(df: pd.DataFrame, spec: Mapping[str, Any]) -> dict[str, Any]:
