@@ -882,11 +882,23 @@ def evaluate_autoattack(model: nn.Module, x01: Tensor, y: Tensor, *, epsilon: fl
 
 
 # --------------------------------------------------------------------------- model files
-def first_examples(dataset_root: str | Path, split: str, n: int, resolution: int
-                   ) -> tuple[torch.Tensor, torch.Tensor]:
-    """The first ``n`` examples of a split, un-normalised in [0, 1], in manifest order."""
+def first_examples(dataset_root: str | Path, split: str, n: int, resolution: int,
+                   seed: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """``n`` examples of a split, un-normalised in [0, 1]: the first ``n`` in manifest order, or
+    with ``seed`` (the AutoAttack jobs: ``autoattack.seed``) ``n`` drawn without replacement by
+    a permutation seeded with it, kept in manifest order. A manifest lists a split identity by
+    identity, so its first ``n`` images are the first identities' only (the demo's first 64
+    validation images: 13 of 20 identities; its first 256 test images: 5); the authors' code
+    takes the first batches of a validation split drawn by a random permutation, i.e. a random
+    sample of it."""
     loader = make_loader(dataset_root, split, resolution=resolution, batch_size=min(n, 256),
                          train=False, normalize=False)
+    if seed is not None:
+        ds = loader.dataset
+        pick = sorted(torch.randperm(len(ds), generator=torch.Generator().manual_seed(int(seed)))
+                      [:n].tolist())
+        loader = torch.utils.data.DataLoader(torch.utils.data.Subset(ds, pick),
+                                             batch_size=min(n, 256), shuffle=False)
     xs, ys, got = [], [], 0
     for x, y in loader:
         xs.append(x)
@@ -947,7 +959,8 @@ def evaluate_autoattack_model_file(*, model_path: str | Path, dataset_root: str 
         raise ValueError("evaluate_autoattack_model_file: no epsilon to evaluate")
     precision = check_precision(settings.get("precision", DEFAULT_PRECISION))
     net, ckpt = _trained_model(model_path, device)
-    x, y = first_examples(dataset_root, settings["split"], settings["n_examples"], resolution)
+    x, y = first_examples(dataset_root, settings["split"], settings["n_examples"], resolution,
+                          settings["seed"])  # a seeded sample of the split
     inputs = {"model_file_sha256": sha256sum(model_path)} if resume_dir is not None else None
     eps_dirs = {epsilon: (Path(resume_dir) / f"eps{eps_tag(epsilon)}" if resume_dir is not None
                           else None) for epsilon in outputs}
@@ -1046,7 +1059,8 @@ def precision_benchmark(*, model_path: str | Path, dataset_root: str | Path,
     ``n_examples`` override it), written atomically as JSON to ``out_path``."""
     net, ckpt = _trained_model(model_path, device)
     n = int(n_examples if n_examples is not None else settings["n_examples"])
-    x, y = first_examples(dataset_root, settings["split"], n, int(ckpt["resolution"]))
+    x, y = first_examples(dataset_root, settings["split"], n, int(ckpt["resolution"]),
+                          settings["seed"])
     eps = [float(e) for e in (epsilons if epsilons is not None else settings["epsilons"])]
     result = compare_precisions(net, x, y, epsilons=eps, attacks=tuple(settings["attacks"]),
                                 version=settings["version"],
