@@ -1,6 +1,8 @@
-"""The SLURM profile against a real one-node SLURM cluster on localhost.
+"""The SLURM profile: its requests in dry runs (fast and slow tests below), the check of the
+names it requests against a fake ``sinfo``, and the profile against a real one-node SLURM
+cluster on localhost (marker ``slurm``).
 
-One module-scoped run does the work (a few minutes): the tiny config of test_workflow.py goes
+For the real cluster, one module-scoped run does the work (a few minutes): the tiny config of test_workflow.py goes
 through the documented command, `snakemake --profile slurm ...`, stacked with the test overlay
 profiles/slurm-test (no GPU requests, small memory, one injected failure), while the same
 config runs locally as the reference. The tests then check what went through sbatch, that
@@ -11,6 +13,7 @@ is skipped, with the reason, only when that is impossible (not root, no apt-get,
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -28,7 +31,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 from slurm.cluster import Cluster, ensure_installed  # noqa: E402
 from test_workflow import TINY  # noqa: E402
 
-pytestmark = [pytest.mark.slurm, pytest.mark.slow]
+SNAKEMAKE = Path(sys.executable).with_name("snakemake")
 
 # what profiles/slurm-test sets: one thread per job, so local and SLURM runs sum floats in the
 # same order and produce identical numbers
@@ -117,6 +120,8 @@ def _ok(runs):
     assert runs["local_rc"] == 0, runs["local_log"][-4000:]
 
 
+@pytest.mark.slurm
+@pytest.mark.slow
 def test_every_job_went_through_sbatch(runs):
     _ok(runs)
     log = runs["proc"].stderr
@@ -143,6 +148,8 @@ def test_every_job_went_through_sbatch(runs):
         assert j["partition"] == ("gpu" if rule in GPU_RULES else "cpu"), j
 
 
+@pytest.mark.slurm
+@pytest.mark.slow
 def test_outputs_equal_local_run(runs):
     _ok(runs)
     # every number bit-identical (training is seeded and deterministic on CPU at one thread),
@@ -168,27 +175,139 @@ def test_outputs_equal_local_run(runs):
         assert (runs["slurm_dir"] / rel).read_bytes() == (runs["local_dir"] / rel).read_bytes(), rel
 
 
-def test_every_gpu_rule_has_a_block_in_both_profiles():
-    """Rules declaring gpu= need a GPU block in profiles/slurm and gpu: 0 in the test overlay
-    (the test cluster has no GPUs; an unlisted GPU rule would ask it for --gpus=1)."""
-    import yaml
-
+def _gpu_rules() -> set[str]:
+    """Rules whose resources declare gpu= (their function or value)."""
     declared = set()
     for smk in (ROOT / "workflow" / "rules").glob("*.smk"):
         for rule, body in re.findall(r"^rule (\w+):\n((?:[ \t]+.*\n|\n)*)", smk.read_text(), re.M):
             if re.search(r"^\s+gpu\s*=", body, re.M):
                 declared.add(rule)
-    assert {"train_model", "autoattack"} <= declared
-    prod = yaml.safe_load((ROOT / "profiles" / "slurm" / "config.yaml").read_text())["set-resources"]
+    return declared
+
+
+def test_every_gpu_rule_has_a_block_in_both_profiles():
+    """Rules declaring gpu= need a GPU block in profiles/slurm (partition, CPUs per GPU) that
+    leaves the GPU request to the rule -- no gpu, card or runtime there, which would replace
+    the per-job choice (a merging invert job, device: cpu, the card for the job's memory) --
+    and gpu: 0 in the test overlay (the test cluster has no GPUs)."""
+    import yaml
+
+    declared = _gpu_rules()
+    assert {"train_model", "autoattack", "invert", "invert_shard"} <= declared
+    prod = yaml.safe_load((ROOT / "profiles" / "slurm" / "config.yaml").read_text())
     test = yaml.safe_load((ROOT / "profiles" / "slurm-test" / "config.yaml").read_text())["set-resources"]
     for rule in declared:
-        assert prod.get(rule, {}).get("gpu") == 1 and "cpus_per_gpu" in prod[rule], rule
+        block = prod["set-resources"].get(rule, {})
+        assert "slurm_partition" in block and "cpus_per_gpu" in block, rule
+        assert not {"gpu", "gpu_model", "constraint", "gres"} & set(block), (rule, block)
+        assert "runtime" not in block or rule == "train_generator", rule
         assert test.get(rule, {}).get("gpu") == 0 and test[rule].get("gpu_model", 0) is None, rule
-    assert not any("cpus_per_task" in v for k, v in prod.items() if k in declared)
-    assert "cpus_per_task" not in yaml.safe_load(
-        (ROOT / "profiles" / "slurm" / "config.yaml").read_text())["default-resources"]
+    assert not any("cpus_per_task" in v for k, v in prod["set-resources"].items() if k in declared)
+    assert "cpus_per_task" not in prod["default-resources"]
+    # the cluster's settings are a file of their own, not a `config:` list a --config replaces
+    assert "config" not in prod
 
 
+def _dry(*args: str, cwd: Path = ROOT, env: dict | None = None, timeout: int = 900):
+    return subprocess.run([str(SNAKEMAKE), "-n", *args], cwd=cwd, capture_output=True,
+                          text=True, timeout=timeout, env=env)
+
+
+def _job_resources(stdout: str) -> list[tuple[str, dict[str, str], str]]:
+    """(rule, resources, wildcards) of every job block of a dry run's output."""
+    jobs = []
+    for block in stdout.split("\nrule ")[1:]:
+        rule = block.split(":", 1)[0]
+        res = re.search(r"resources: (.*)", block)
+        wc = re.search(r"wildcards: (.*)", block)
+        if res:
+            jobs.append((rule, dict(kv.split("=", 1) for kv in res.group(1).split(", ")),
+                         wc.group(1) if wc else ""))
+    return jobs
+
+
+@pytest.mark.slow
+def test_paper_dry_run_keeps_cards_under_a_limit_override_and_merges_get_no_gpu(tmp_path):
+    """The paper config on the profile with `--config max_runtime_min=1440` (the override of
+    docs/forecast.md): every inversion shard still asks for its card (the cluster settings are
+    merged key by key), every job that merges shards asks for no GPU, every GPU job asks for a
+    card."""
+    out = _dry("--profile", "slurm", "--config", "max_runtime_min=1440", "--directory",
+               str(tmp_path), "all")
+    assert out.returncode == 0, out.stderr[-3000:]
+    jobs = _job_resources(out.stdout)
+    shards = [r for rule, r, _ in jobs if rule == "invert_shard"]
+    merges = [r for rule, r, _ in jobs if rule == "invert"]
+    assert len(shards) > 1000 and len(merges) > 100
+    assert all(r["gpu"] == "1" and r.get("gpu_model") and int(r["runtime"]) <= 1440
+               for r in shards)
+    assert all(r["gpu"] == "0" and "gpu_model" not in r and "constraint" not in r
+               for r in merges)
+    gpu_jobs = [(rule, r) for rule, r, _ in jobs if r.get("gpu") == "1"]
+    assert {rule for rule, _ in gpu_jobs} >= {"train_model", "autoattack", "invert_shard",
+                                              "train_evaluation_model", "real_embeddings"}
+    assert all(r.get("gpu_model") for _, r in gpu_jobs), [x for x in gpu_jobs if not x[1].get("gpu_model")][:3]
+    # PPA at 1024 px (55 GB) needs the 80 GB card; AT-AT on ResNet-152 more than NoDef
+    assert {r["gpu_model"] for r in shards if int(r["gpu_mem_mb"]) > 48000} == {"a100_80g"}
+
+
+def test_demo_on_the_profile_requests_no_gpu(tmp_path):
+    """config/demo.yaml sets device: cpu: on the profile no job asks for a GPU or a card."""
+    out = _dry("--profile", "slurm", "--configfile", str(ROOT / "config" / "demo.yaml"),
+               "--directory", str(tmp_path), "all")
+    assert out.returncode == 0, out.stderr[-3000:]
+    jobs = _job_resources(out.stdout)
+    assert len(jobs) > 100
+    gpu = [(rule, r) for rule, r, _ in jobs
+           if r.get("gpu", "0") != "0" or r.get("gpu_model") or r.get("constraint")]
+    assert not gpu, gpu[:5]
+    assert {"train_model", "invert"} <= {rule for rule, _, _ in jobs}
+
+
+@pytest.mark.slow
+def test_paper_dry_run_on_40gb_cards_is_one_message(tmp_path):
+    """With 40 GB cards only, the paper config stops before any job with one message, by rule
+    and shape, with the remedies -- no traceback naming one job."""
+    out = _dry("--profile", "slurm", "--config", "gpu_cards=a100_40g=40000", "--directory",
+               str(tmp_path), "all")
+    text = out.stdout + out.stderr
+    assert out.returncode != 0
+    assert "need more memory than the largest card of gpu_cards, a100_40g (40000 MB)" in text
+    assert "nothing was submitted" in text and "Traceback" not in text
+    assert re.search(r"invert_shard: \d+ job\(s\), ppa on resnet152 at 224 px, batch 25", text)
+    assert "inversion.ppa.batch_size" in text and "a larger card in gpu_cards" in text
+    assert len(text.splitlines()) < 200
+
+
+def test_bad_partition_stops_before_any_submission(tmp_path):
+    """Executor slurm, a fake sinfo without the profile's GPU partition (and a fake sbatch
+    that records its calls): the run stops in onstart naming the partition and the rules
+    asking for it; sbatch is never called."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    calls = tmp_path / "sbatch.calls"
+    (bin_dir / "sinfo").write_text("#!/bin/sh\nprintf 'cpu*|(null)|(null)\\ngpux|gpu:a100_80g:4|(null)\\n'\n")
+    (bin_dir / "sbatch").write_text(f"#!/bin/sh\necho \"$@\" >> {calls}\nexit 1\n")
+    for name in ("squeue", "sacct"):   # the plugin needs one of them to exist
+        (bin_dir / name).write_text("#!/bin/sh\nexit 0\n")
+    for f in bin_dir.iterdir():
+        f.chmod(0o755)
+    env = dict(os.environ, PATH=f"{bin_dir}:{os.environ['PATH']}")
+    target = "results/models/synthfaces/resnet18/nodef/seed0/model.pt"
+    proc = subprocess.run(
+        [str(SNAKEMAKE), "--profile", "slurm", "--configfile", str(ROOT / "config" / "demo.yaml"),
+         "--directory", str(tmp_path / "w"), target],
+        cwd=ROOT, capture_output=True, text=True, timeout=600, env=env)
+    text = proc.stdout + proc.stderr
+    assert proc.returncode != 0, text[-3000:]
+    assert "partition 'gpu' does not exist (sinfo lists: cpu, gpux) -- requested by" in text, \
+        text[-3000:]
+    assert "train_model" in text.split("partition 'gpu' does not exist")[1].splitlines()[0]
+    assert not calls.exists()
+
+
+@pytest.mark.slurm
+@pytest.mark.slow
 def test_failed_job_was_retried_without_loss_or_duplication(runs):
     _ok(runs)
     summary_jobs = [j for j in runs["jobs"] if j["comment"].startswith("rule_summary")]

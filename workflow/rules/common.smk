@@ -26,7 +26,6 @@ from atat.plan.config_memo import validate_config_once  # noqa: E402
 from atat.data.manifest import STAMP_SUFFIX  # noqa: E402
 from atat.data.manifest import stamp_path as _stamp_path  # noqa: E402
 from atat.data.manifest import stamp_problems as _stamp_problems  # noqa: E402
-from atat.plan.inversion_resources import gpu_memory_mb  # noqa: E402
 from atat.analysis.paper import (  # noqa: E402
     FIGURE2_SPEC,
     MAIN_TABLE_IDS,
@@ -419,44 +418,6 @@ def invert_resource(key, when_attacking):
     return value
 
 
-#: full resolution of the downloadable StyleGAN2-ADA priors (docs/sources.md#stylegan2-generator:
-#: ffhq.pkl 1024 px, afhqdog.pkl 512 px), by file name; another url is assumed to be 1024 px (the
-#: largest release).
-PRIOR_RESOLUTION = {"ffhq.pkl": 1024, "afhqdog.pkl": 512}
-
-
-def generator_resolution(name):
-    g = config["generators"][name]
-    if "train" in g:
-        return int(dataset_resolution(g["train"]["dataset"]))
-    return PRIOR_RESOLUTION.get(Path(g["url"]).name, 1024)
-
-
-def invert_gpu_mem_mb(wildcards):
-    """Estimated GPU peak of one inversion job (atat.plan.inversion_resources: measured at
-    256/512/1024 px on CPU, extrapolated): the optimisation batch with gradients, PPDG's
-    generator tuning on num_inv_points pivots, the largest batch rendered without gradient."""
-    p = inversion_params(
-        config, wildcards.dataset, wildcards.arch, wildcards.defense, wildcards.attack
-    )
-    bs = int(p["batch_size"])
-    render = {
-        "ppa": max(int(p["candidates"]["batch_size"]), bs),  # search, scoring
-        "ifgmi": int(p["candidates"]["batch_size"]),
-        "ppdg": max(int(p["candidates"]["batch_size"]), 2 * bs),
-    }[wildcards.attack]
-    return gpu_memory_mb(
-        wildcards.attack,
-        resolution=generator_resolution(config["datasets"][wildcards.dataset]["generator"]),
-        batch_size=bs,
-        architecture=wildcards.arch,
-        input_resolution=p["input_resolution"],
-        render_batch_size=max(render, 20),  # final selection renders 20 at a time
-        n_points=int(p.get("num_inv_points", 1)),
-        measure=p.get("measure", "pointwise"),
-    )
-
-
 def reconstruction_inputs(wildcards):
     """best_images.pt of every (non-replicate) model of one (dataset, architecture) cell."""
     if not INV_ATTACKS:
@@ -648,34 +609,69 @@ def output_per_image_inputs(wildcards):
 
 onstart:
     check_datasets_before_jobs()
+    check_cluster_before_jobs()  # partitions and GPU names against sinfo (SLURM only)
 
 
-# ---- runtime requests, the partition's limit and the GPU card (atat.plan.job_cost; issue 43 item 3)
-# A GPU rule's runtime is its job's forecast (atat.plan.job_cost, A100 estimates) x 1.5, not a flat
-# 48 h. `max_runtime_min` (the profile's config: entry, the GPU partition's MaxTime) refuses
-# here, before any job, every job of the config whose request exceeds it. `gpu_cards`
-# ("name=MB,...", the profile's config: entry) turns invert's GPU memory estimate into a card:
-# the smallest that fits, one size larger per earlier attempt that ran out of GPU memory.
+# ---- runtime requests, the partition's limit and the GPU card (atat.plan.job_cost,
+# atat.plan.gpu_memory, atat.plan.cluster)
+# A GPU rule's runtime is its job's forecast (atat.plan.job_cost, A100 estimates) x 1.5, x 1.5
+# more per retry (capped at the partition's limit), not a flat 48 h. Its GPU memory is planned
+# the same way (atat.plan.gpu_memory): each GPU job asks for the smallest card of `gpu_cards`
+# that holds it, one size larger per earlier attempt whose attempts log shows a CUDA
+# out-of-memory error. The cluster's settings (`max_runtime_min`, `gpu_cards`,
+# `gpu_card_resource`) come from profiles/slurm/cluster.yaml (`--config cluster_settings=<file>`
+# or `none`), each key replaceable by --config. Before any job: every job whose request exceeds
+# max_runtime_min, and every job that fits no card, is refused in one message. Under
+# `device: cpu` no rule requests a GPU, nor does rule invert when it only merges its shards.
+import functools  # noqa: E402
+import subprocess  # noqa: E402
+
+from snakemake.io import apply_wildcards as _apply_wildcards  # noqa: E402
+
+from atat.plan.cluster import GpuCardError as _GpuCardError  # noqa: E402
+from atat.plan.cluster import SINFO_FORMAT as _SINFO_FORMAT  # noqa: E402
+from atat.plan.cluster import check_gpu_cards as _check_gpu_cards  # noqa: E402
+from atat.plan.cluster import cluster_name_problems as _cluster_name_problems  # noqa: E402
+from atat.plan.cluster import load_cluster_settings as _load_cluster_settings  # noqa: E402
+from atat.plan.cluster import parse_sinfo as _parse_sinfo  # noqa: E402
+from atat.plan.cluster import retry_runtime_min as _retry_runtime_min  # noqa: E402
+from atat.plan.cluster import unsupported_cards as _unsupported_cards  # noqa: E402
+from atat.plan.gpu_memory import describe_job as _describe_job  # noqa: E402
+from atat.plan.gpu_memory import job_gpu_mem_mb as _job_gpu_mem_mb  # noqa: E402
 from atat.plan.job_cost import GpuRates as _GpuRates  # noqa: E402
 from atat.plan.job_cost import RuntimeLimitError as _RuntimeLimitError  # noqa: E402
 from atat.plan.job_cost import check_runtime_limit as _check_runtime_limit  # noqa: E402
 from atat.plan.job_cost import class_shards as _class_shards  # noqa: E402
 from atat.plan.job_cost import job_cost_for as _job_cost_for  # noqa: E402
 from atat.plan.job_cost import oom_attempts as _oom_attempts  # noqa: E402
-from atat.plan.job_cost import parse_gpu_cards as _parse_gpu_cards  # noqa: E402
 from atat.plan.job_cost import pick_gpu_card as _pick_gpu_card  # noqa: E402
 from atat.plan.job_cost import runtime_request_min as _runtime_request_min  # noqa: E402
 
 GPU_RATES = _GpuRates()
-MAX_RUNTIME_MIN = config.get("max_runtime_min")
 try:
-    GPU_CARDS = _parse_gpu_cards(config.get("gpu_cards"))
+    CLUSTER = _load_cluster_settings(config, workflow.basedir)
 except ValueError as exc:
-    raise WorkflowError(f"invalid configuration: {exc}") from None
+    raise WorkflowError(f"invalid cluster settings: {exc}") from None
+MAX_RUNTIME_MIN = CLUSTER.get("max_runtime_min")
+GPU_CARDS = CLUSTER["gpu_cards"]
+GPU_CARD_RESOURCE = CLUSTER["gpu_card_resource"]
+#: whether the GPU rules ask for a GPU at all (config `device`)
+USES_GPU = config.get("device", "auto") != "cpu"
+#: wildcards a job's GPU memory does not depend on (its seed, epsilon, class range)
+_NOT_SHAPE = ("seed", "eps", "start", "stop")
+
+
+def _items(wildcards):
+    return tuple(wildcards.items())
+
+
+@functools.lru_cache(maxsize=None)
+def _forecast_s_of(rule, items):
+    return GPU_RATES.seconds(_job_cost_for(rule, dict(items), config))
 
 
 def _forecast_s(rule, wildcards):
-    return GPU_RATES.seconds(_job_cost_for(rule, dict(wildcards.items()), config))
+    return _forecast_s_of(rule, _items(wildcards))
 
 
 def _request_min(rule, wildcards):
@@ -683,7 +679,8 @@ def _request_min(rule, wildcards):
 
 
 def runtime_min(rule):
-    """The runtime resource of ``rule``'s jobs: minutes requested from the job's forecast."""
+    """The runtime resource of ``rule``'s jobs: minutes requested from the job's forecast,
+    grown per attempt (atat.plan.cluster.retry_runtime_min)."""
 
     def request(wildcards, attempt=1):
         minutes = _request_min(rule, wildcards)
@@ -692,79 +689,196 @@ def runtime_min(rule):
                 f"{rule} {'/'.join(map(str, wildcards.values()))}: {minutes} min requested, "
                 f"over max_runtime_min = {MAX_RUNTIME_MIN}"
             )
-        return minutes
+        return _retry_runtime_min(minutes, attempt, MAX_RUNTIME_MIN)
 
     return request
 
 
-def planned_gpu_requests():
-    """(rule, job name, requested minutes) of every GPU job of the config: its models'
-    training, AutoAttack and inversion (per shard), the evaluation models, the real-image
-    embeddings."""
+def _on_gpu(rule, wildcards):
+    """Whether the job of ``rule`` runs on a GPU: not under `device: cpu`, not rule invert
+    merging its shards' parts."""
+    return USES_GPU and not (rule == "invert" and invert_sharded(wildcards))
+
+
+@functools.lru_cache(maxsize=None)
+def _need_mb_of(rule, shape):
+    try:
+        return _job_gpu_mem_mb(rule, dict(shape), config)
+    except ValueError as exc:
+        raise WorkflowError(f"{rule} {dict(shape)}: {exc}") from None
+
+
+def _need_mb(rule, wildcards):
+    """Estimated GPU memory of the job (atat.plan.gpu_memory), MiB; None: no memory model."""
+    return _need_mb_of(rule, tuple((k, v) for k, v in wildcards.items() if k not in _NOT_SHAPE))
+
+
+def gpu_count(rule):
+    """The gpu resource of ``rule``'s jobs: 1, or 0 for a job that runs on a CPU."""
+
+    def gpu(wildcards):
+        return int(_on_gpu(rule, wildcards))
+
+    return gpu
+
+
+def gpu_mem_mb(rule):
+    """The gpu_mem_mb resource of ``rule``'s jobs (informative; 0 without a GPU)."""
+
+    def mem(wildcards):
+        return (_need_mb(rule, wildcards) or 0) if _on_gpu(rule, wildcards) else 0
+
+    return mem
+
+
+def _attempts_log(rule, wildcards):
+    """The attempts log of a job (workflow/scripts/_common.py: <log>.log -> <log>.attempts.log)."""
+    log = Path(_apply_wildcards(str(workflow.get_rule(rule).log[0]), wildcards))
+    return log.with_name(log.name[: -len(".log")] + ".attempts.log")
+
+
+def _gpu_card(rule, wildcards):
+    """The card of a GPU job (gpu_cards), or None (no cards listed, no GPU, no memory model):
+    the smallest card with the job's estimated GPU memory, one size larger per earlier attempt
+    whose attempts log shows a CUDA out-of-memory error (never the same size again)."""
+    if not GPU_CARDS or not _on_gpu(rule, wildcards):
+        return None
+    need = _need_mb(rule, wildcards)
+    if need is None:
+        return None
+    log = _attempts_log(rule, wildcards)
+    ooms = _oom_attempts(log.read_text(errors="replace")) if log.is_file() else 0
+    try:
+        return _pick_gpu_card(need, [(c.name, c.mb) for c in GPU_CARDS], ooms)
+    except ValueError as exc:
+        name = "/".join(map(str, wildcards.values()))
+        raise WorkflowError(f"{rule} {name}: {exc} ({log})") from None
+
+
+def gpu_card(rule, resource):
+    """Resource ``resource`` (gpu_model: sbatch --gpus=<card>:1; constraint: sbatch -C <card>)
+    of ``rule``'s jobs: the card when gpu_card_resource names that resource, else None."""
+
+    def card(wildcards, attempt=1):
+        return _gpu_card(rule, wildcards) if GPU_CARD_RESOURCE == resource else None
+
+    return card
+
+
+@functools.lru_cache(maxsize=None)
+def planned_gpu_jobs():
+    """(rule, wildcards) of every GPU job of the config: its models' training, AutoAttack,
+    HSIC and inversion (per shard), the evaluation models, the real-image embeddings."""
     out = []
-
-    def add(rule, wc):
-        seconds = _forecast_s(rule, wc)
-        out.append((rule, "/".join(map(str, wc.values())), _runtime_request_min(seconds), seconds))
-
+    hsic = {
+        hsic_file(r) for t in table_rules(PLAN, "hsic_table") for r in hsic_table_runs(PLAN, t)[0]
+    }
     for r in RUNS:
         cell = dict(dataset=r.dataset, arch=r.architecture, defense=r.defense, seed=r.seed)
-        add("train_model", cell)
+        out.append(("train_model", cell))
         for e in [None] if AUTOATTACK_PER_MODEL else EPS:
-            add("autoattack", cell if e is None else {**cell, "eps": e})
+            out.append(("autoattack", cell if e is None else {**cell, "eps": e}))
+        if hsic_file(r) in hsic:
+            out.append(("measure_hsic", cell))
         for a in run_attacks(config, r) if INV_ATTACKS else []:
             shards = _class_shards(config, r.dataset, r.architecture, r.defense, a)
             if len(shards) == 1:
-                add("invert", {**cell, "attack": a})
+                out.append(("invert", {**cell, "attack": a}))
             for start, stop in shards if len(shards) > 1 else []:
-                add("invert_shard", {**cell, "attack": a, "start": start, "stop": stop})
+                out.append(("invert_shard", {**cell, "attack": a, "start": start, "stop": stop}))
     for ds in sorted({r.dataset for r in RUNS}):
         if config.get("evaluation_model"):
-            add("train_evaluation_model", dict(dataset=ds))
+            out.append(("train_evaluation_model", dict(dataset=ds)))
         if INV_ATTACKS:
-            add("real_embeddings", dict(dataset=ds))
+            out.append(("real_embeddings", dict(dataset=ds)))
     return out
 
 
-if MAX_RUNTIME_MIN:
+def planned_gpu_requests():
+    """(rule, job name, requested minutes, forecast seconds) of every GPU job of the config."""
+    out = []
+    for rule, wc in planned_gpu_jobs():
+        seconds = _forecast_s_of(rule, tuple(wc.items()))
+        out.append((rule, "/".join(map(str, wc.values())), _runtime_request_min(seconds), seconds))
+    return out
+
+
+def planned_gpu_memory():
+    """(rule, job name, MiB, shape, remedy) of every GPU job of the config with a memory model."""
+    out, described = [], {}
+    for rule, wc in planned_gpu_jobs():
+        shape = tuple((k, v) for k, v in wc.items() if k not in _NOT_SHAPE)
+        need = _need_mb_of(rule, shape)
+        if need is None:
+            continue
+        if (rule, shape) not in described:
+            described[(rule, shape)] = _describe_job(rule, wc, config)
+        out.append((rule, "/".join(map(str, wc.values())), need, *described[(rule, shape)]))
+    return out
+
+
+# The checks before any job, in the process that plans the run (not in a job's own Snakemake)
+if workflow.is_main_process:
+    if MAX_RUNTIME_MIN:
+        try:
+            _check_runtime_limit(planned_gpu_requests(), int(MAX_RUNTIME_MIN))
+        except _RuntimeLimitError as exc:
+            raise WorkflowError(str(exc)) from None
+    if GPU_CARDS and USES_GPU:
+        try:
+            _check_gpu_cards(planned_gpu_memory(), GPU_CARDS)
+        except _GpuCardError as exc:
+            raise WorkflowError(str(exc)) from None
+
+
+def _submits_to_slurm():
+    return getattr(workflow.executor_plugin, "name", None) == "slurm"
+
+
+def check_cluster_before_jobs():
+    """Before the first submission to SLURM (onstart; not in dry runs): the partitions, GPU
+    models (GRES types), constraints (node features) and cards the jobs ask for exist on the
+    cluster (`sinfo`), and no card of gpu_cards has a compute capability the installed torch
+    build has no kernels for. Otherwise stop naming the bad name: sbatch would refuse every
+    job asking for it, attempt after attempt."""
+    if not _submits_to_slurm():
+        return
+    problems = []
+    if any(c.capability for c in GPU_CARDS):
+        from atat.base.device import build_arch_list
+
+        problems += [
+            f"gpu_cards lists {p}: remove it (atat.base.device)"
+            for p in _unsupported_cards(GPU_CARDS, build_arch_list())
+        ]
     try:
-        _check_runtime_limit(planned_gpu_requests(), int(MAX_RUNTIME_MIN))
-    except _RuntimeLimitError as exc:
-        raise WorkflowError(str(exc)) from None
-
-
-def _invert_gpu_card(wildcards):
-    """The card of an inversion job (gpu_cards), or None when the profile lists no cards:
-    the smallest card with the job's estimated GPU memory, one size larger per earlier
-    attempt whose log shows a CUDA out-of-memory error (never the same size again)."""
-    wc = dict(wildcards.items())
-    if not GPU_CARDS or (
-        "start" not in wc
-        and len(_class_shards(config, wc["dataset"], wc["arch"], wc["defense"], wc["attack"])) > 1
-    ):
-        return None  # no cards listed, or rule invert merging its shards' parts (no GPU)
-    stem = Path("logs/inversion/{dataset}/{arch}/{defense}/seed{seed}/{attack}".format(**wc))
-    if "start" in wc:  # rule invert_shard's log
-        stem = stem.joinpath("classes{start}-{stop}".format(**wc))
-    log = stem.with_name(f"{stem.name}.attempts.log")
-    ooms = _oom_attempts(log.read_text(errors="replace")) if log.is_file() else 0
-    try:
-        return _pick_gpu_card(invert_gpu_mem_mb(wildcards), GPU_CARDS, ooms)
-    except ValueError as exc:
-        raise WorkflowError(f"invert {'/'.join(map(str, wc.values()))}: {exc} ({log})") from None
-
-
-def invert_gpu_model(wildcards, attempt=1):
-    """gpu_model of an inversion job (-> sbatch --gpus=<card>:1) when gpu_card_resource is
-    gpu_model (the default), else None."""
-    if config.get("gpu_card_resource", "gpu_model") != "gpu_model":
-        return None
-    return _invert_gpu_card(wildcards)
-
-
-def invert_gpu_constraint(wildcards, attempt=1):
-    """constraint of an inversion job (-> sbatch -C <card>) when gpu_card_resource is
-    constraint (clusters that name GPU sizes as node features), else None."""
-    if config.get("gpu_card_resource", "gpu_model") != "constraint":
-        return None
-    return _invert_gpu_card(wildcards)
+        proc = subprocess.run(
+            ["sinfo", "-h", "-o", _SINFO_FORMAT], capture_output=True, text=True, timeout=60
+        )
+    except (OSError, subprocess.SubprocessError) as exc:
+        print(f"WARNING: cannot check partition and GPU names: sinfo: {exc}", file=sys.stderr)
+        proc = None
+    if proc is not None and proc.returncode == 0:
+        requests = [
+            (
+                job.rule.name,
+                job.resources.get("slurm_partition"),
+                job.resources.get("gpu_model"),
+                job.resources.get("constraint"),
+                job.resources.get("gres"),
+            )
+            for job in workflow.dag.needrun_jobs()
+        ]
+        problems += _cluster_name_problems(
+            requests,
+            _parse_sinfo(proc.stdout),
+            GPU_CARDS if USES_GPU else [],
+            GPU_CARD_RESOURCE,
+        )
+    elif proc is not None:
+        print(f"WARNING: sinfo failed, partition and GPU names unchecked: {proc.stderr}")
+    if problems:
+        raise WorkflowError(
+            "sbatch would refuse these names (profiles/slurm/config.yaml set-resources, the "
+            "cluster settings' gpu_cards); nothing was submitted:\n  " + "\n  ".join(problems)
+        )

@@ -25,7 +25,11 @@ rule train_evaluation_model:
     priority: 50
     threads: 8
     resources:
-        gpu=1,
+        gpu=gpu_count("train_evaluation_model"),  # 0 under device: cpu
+        # the card that holds the job (atat.plan.gpu_memory; cluster settings' gpu_cards)
+        gpu_mem_mb=gpu_mem_mb("train_evaluation_model"),
+        gpu_model=gpu_card("train_evaluation_model", "gpu_model"),
+        constraint=gpu_card("train_evaluation_model", "constraint"),
         mem_mb=32000,
         runtime=runtime_min("train_evaluation_model"),
     conda:

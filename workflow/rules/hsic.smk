@@ -44,7 +44,11 @@ rule measure_hsic:
         "benchmarks/hsic/{dataset}/{arch}/{defense}/seed{seed}.tsv"
     threads: 4
     resources:
-        gpu=1,
+        gpu=gpu_count("measure_hsic"),  # 0 under device: cpu
+        # the card that holds the job (atat.plan.gpu_memory; cluster settings' gpu_cards)
+        gpu_mem_mb=gpu_mem_mb("measure_hsic"),
+        gpu_model=gpu_card("measure_hsic", "gpu_model"),
+        constraint=gpu_card("measure_hsic", "constraint"),
         mem_mb=32000,
         runtime=runtime_min("measure_hsic"),
     conda:

@@ -46,7 +46,7 @@ rule train_generator:
     priority: 50
     threads: 4
     resources:
-        gpu=1,
+        gpu=gpu_count("train_generator"),  # 0 under device: cpu; any card (no memory model)
         mem_mb=16000,
         runtime=24 * 60,
     conda:
@@ -111,7 +111,11 @@ rule real_embeddings:
     priority: 50
     threads: 1
     resources:
-        gpu=1,
+        gpu=gpu_count("real_embeddings"),  # 0 under device: cpu
+        # the card that holds the job (atat.plan.gpu_memory; cluster settings' gpu_cards)
+        gpu_mem_mb=gpu_mem_mb("real_embeddings"),
+        gpu_model=gpu_card("real_embeddings", "gpu_model"),
+        constraint=gpu_card("real_embeddings", "constraint"),
         # the paper's ~25k FaceScrub training images at 299 px through Inception-v3 and FaceNet
         # in batches of 64: a few GB; the features themselves ~0.3 GB
         mem_mb=16000,
@@ -152,7 +156,8 @@ rule invert:
         "benchmarks/inversion/{dataset}/{arch}/{defense}/seed{seed}/{attack}.tsv"
     threads: lambda wc: 1 if invert_sharded(wc) else 8
     resources:
-        gpu=invert_resource("gpu", 1),
+        # no GPU (gpu 0, no card) when it only merges its shards' parts, or under device: cpu
+        gpu=gpu_count("invert"),
         # host RAM; a CPU run at 1024 px needs about the GPU figure below (PPA ~46 GiB of
         # tensors at batch 25, PPDG's tuning ~31 GiB at 5 points: atat.plan.inversion_resources)
         mem_mb=invert_resource("mem_mb", 48000),
@@ -160,12 +165,12 @@ rule invert:
         # ResNet-152 target: PPA (batch 25) 55000 MB, IF-GMI and PPDG (batch 20) 44000 MB;
         # PPDG's tuning on 5 points (~37 GiB) is below its optimisation batch. Not a standard
         # Snakemake resource: informative, or a cap with --resources gpu_mem_mb=N (global).
-        gpu_mem_mb=invert_resource("gpu_mem_mb", invert_gpu_mem_mb),
-        # the card that holds gpu_mem_mb (profile's gpu_cards; larger after an OOM) and the
-        # runtime from the job's forecast (common.smk, atat.plan.job_cost)
-        gpu_model=invert_gpu_model,
-        constraint=invert_gpu_constraint,
-        runtime=invert_resource("runtime", runtime_min("invert")),
+        gpu_mem_mb=gpu_mem_mb("invert"),
+        # the card that holds gpu_mem_mb (gpu_cards; larger after an OOM) and the runtime from
+        # the job's forecast (common.smk, atat.plan.job_cost)
+        gpu_model=gpu_card("invert", "gpu_model"),
+        constraint=gpu_card("invert", "constraint"),
+        runtime=runtime_min("invert"),
     conda:
         "../../envs/torch.yaml"
     script:
@@ -203,11 +208,11 @@ rule invert_shard:
         "benchmarks/inversion/{dataset}/{arch}/{defense}/seed{seed}/{attack}/classes{start}-{stop}.tsv"
     threads: 8
     resources:
-        gpu=1,
+        gpu=gpu_count("invert_shard"),
         mem_mb=48000,  # as rule invert
-        gpu_mem_mb=invert_gpu_mem_mb,
-        gpu_model=invert_gpu_model,  # as rule invert
-        constraint=invert_gpu_constraint,
+        gpu_mem_mb=gpu_mem_mb("invert_shard"),
+        gpu_model=gpu_card("invert_shard", "gpu_model"),  # as rule invert
+        constraint=gpu_card("invert_shard", "constraint"),
         runtime=runtime_min("invert_shard"),
     conda:
         "../../envs/torch.yaml"

@@ -24,7 +24,11 @@ rule autoattack:
         f"benchmarks/autoattack/{AUTOATTACK_JOB_NAME}.tsv"
     threads: 4
     resources:
-        gpu=1,
+        gpu=gpu_count("autoattack"),  # 0 under device: cpu
+        # the card that holds the job (atat.plan.gpu_memory; cluster settings' gpu_cards)
+        gpu_mem_mb=gpu_mem_mb("autoattack"),
+        gpu_model=gpu_card("autoattack", "gpu_model"),
+        constraint=gpu_card("autoattack", "constraint"),
         mem_mb=16000,
         runtime=runtime_min("autoattack"),  # the job's forecast (atat.plan.job_cost) x 1.5
     conda:

@@ -20,7 +20,11 @@ rule train_model:
         "benchmarks/train/{dataset}/{arch}/{defense}/seed{seed}.tsv"
     threads: 8
     resources:
-        gpu=1,
+        gpu=gpu_count("train_model"),  # 0 under device: cpu
+        # the card that holds the job (atat.plan.gpu_memory; cluster settings' gpu_cards)
+        gpu_mem_mb=gpu_mem_mb("train_model"),
+        gpu_model=gpu_card("train_model", "gpu_model"),
+        constraint=gpu_card("train_model", "constraint"),
         mem_mb=32000,
         runtime=runtime_min("train_model"),  # the job's forecast (atat.plan.job_cost) x 1.5
     conda:

@@ -142,8 +142,21 @@ def cuda_problem(torch_module: Any = None) -> str | None:
     if unsupported:
         driver = driver_version() or "unknown"
         return (f"no usable GPU: {'; '.join(unsupported)} has no kernels in this build (NVIDIA "
-                f"driver {driver}); {build}{need_text}. {remedy}")
+                f"driver {driver}); {build}{need_text}. Not a memory problem: a larger card "
+                f"of the same kind fails the same way; on a SLURM cluster, leave this GPU type "
+                f"out of the cluster settings' gpu_cards (or give its compute capability there, "
+                f"name=MB@X.Y, and the run is refused before any job). {remedy}")
     return None
+
+
+def build_arch_list(torch_module: Any = None) -> list[str]:
+    """The GPU architectures the installed torch build has kernels for (``sm_80``, ...;
+    empty for a CPU-only build); needs no GPU."""
+    if torch_module is None:
+        import torch as torch_module
+    if not torch_module.version.cuda:
+        return []
+    return list(torch_module.cuda.get_arch_list())
 
 
 def resolve_device(setting: str, torch_module: Any = None) -> str:
