@@ -99,3 +99,62 @@ def test_frozen_parameters_identical_after_two_epochs_of_atat_train(tmp_path, mo
     assert not torch.equal(state["features.bn1.running_mean"], init["bn1.running_mean"])
     assert not torch.equal(state["features.layer3.1.bn2.running_var"],
                            init["layer3.1.bn2.running_var"])
+
+
+@pytest.mark.parametrize("arch, frozen, in_file", [
+    ("resnet10", ("conv1.", "bn1.", "layer1.", "layer2.", "layer3."), ""),
+    # the feature extractor is the flat Sequential of torchvision's `features` children
+    ("densenet47", ("conv0.", "norm0.", "denseblock1.", "transition1.", "denseblock2."),
+     "features."),
+])
+def test_tldmi_freezes_the_layers_of_the_miniatures_pretrained_backbone(
+        tmp_path, monkeypatch, tiny_recipe, make_synthfaces, arch, frozen, in_file):
+    """TL-DMI on the miniature (docs/decisions.md#pretraining): a backbone pretrained by the
+    workflow's own pretraining (atat.training.pretrain, on a tiny pretraining population),
+    fine-tuned through the real training path; the fine-tuned model's frozen layers are the
+    pretrained file's bit for bit, the later ones moved."""
+    from atat.data.pretraining import generate_pretraining_population
+    from atat.training.pretrain import pretrain_backbone
+    from atat.training.train import TrainSpec, load_model, train
+
+    monkeypatch.setitem(REGISTRY, "tldmi", TransferLearningDefense)
+    generate_pretraining_population(tmp_path / "pre", identities=3, images_per_identity=4,
+                                    val_images_per_identity=1, resolution=32, seed=2,
+                                    progress=False)
+    weights = tmp_path / f"{arch}.pth"
+    pretrain_backbone(tmp_path / "pre", out_weights=weights, out_metrics=tmp_path / "pre.json",
+                      architecture=arch, resolution=32,
+                      training={"epochs": 1, "batch_size": 4, "lr_milestones": []},
+                      progress=False)
+    pretrained = torch.load(weights, weights_only=True)
+    root = tmp_path / "ds"
+    make_synthfaces(root, n_private_identities=3, n_public_identities=2, images_per_identity=6,
+                    public_images_per_identity=2, resolution=32)
+    recipe = tiny_recipe(lr=1e-2, eval_batch_size=64, epochs=2, lr_milestones=[5],
+                         pretrained=True)
+    spec = TrainSpec(model_id=f"t/{arch}/tldmi/seed0", dataset_root=str(root / "private"),
+                     resolution=32, n_classes=3, architecture=arch,
+                     defense={"type": "tldmi", "freeze_layers": 6}, training=recipe,
+                     augmentation={}, seed=0, weights_path=str(weights))
+    train(spec, out_model=tmp_path / "m.pt", out_metrics=tmp_path / "m.json",
+          resume_path=tmp_path / "m.resume.pt", progress=False)
+    model, _, ckpt = load_model(tmp_path / "m.pt")
+    state = ckpt["state_dict"]
+    checked = 0
+    for name, p in model.features.named_parameters():
+        if name.startswith(frozen):
+            assert torch.equal(state[f"features.{name}"], pretrained[in_file + name]), name
+            assert not p.requires_grad
+            checked += 1
+    assert checked == sum(1 for k, _ in torchvision_named_parameters(arch)
+                          if k.startswith(tuple(in_file + f for f in frozen)))
+    later = [n for n, _ in model.features.named_parameters() if not n.startswith(frozen)
+             and in_file + n in pretrained
+             and not torch.equal(state[f"features.{n}"], pretrained[in_file + n])]
+    assert later, "the unfrozen layers were not trained"
+
+
+def torchvision_named_parameters(arch):
+    from atat.training.models import torchvision_network
+
+    return list(torchvision_network(arch, 3).named_parameters())

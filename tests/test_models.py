@@ -47,7 +47,8 @@ def test_densenet169_loads_a_weight_file_as_torchvision_publishes_it(tmp_path, p
 def test_densenet47_is_densenet169_with_shorter_blocks():
     """Table 24 in the miniature: DenseNet-169's growth rate, width and bottleneck with its
     blocks (6, 12, 32, 32) shortened to (2, 3, 8, 8); the same 15 feature children (TL-DMI's
-    freeze rule) and dense-block stages (BiDO, HSIC); no ImageNet weights."""
+    freeze rule) and dense-block stages (BiDO, HSIC); no torchvision weights (pretrained only
+    by the miniature's pretraining, tests/test_pretrain.py)."""
     from atat.training.models import build_model
 
     net, ref = build_model("densenet47", 5), build_model("densenet169", 5)
@@ -63,14 +64,16 @@ def test_densenet47_is_densenet169_with_shorter_blocks():
     logits, hidden = net.forward_hidden(torch.randn(2, 3, 32, 32))
     assert logits.shape == (2, 5) and [h.shape[1] for h in hidden] == [128, 160, 336, 424]
     assert net.feature_dim == 424
-    with pytest.raises(ValueError, match="no ImageNet weights"):
-        build_model("densenet47", 5, weights_path="x.pth")
+    with pytest.raises(ValueError, match="no torchvision weights"):
+        from atat.training.models import densenet47
+        densenet47(weights="IMAGENET1K_V1")
 
 
 def test_resnet10_is_the_shallow_from_scratch_resnet():
     """Issue 17's miniature grid: ResNet-10 = torchvision's ResNet with one BasicBlock per
     stage; the ResNet stages BiDO and HSIC read and the 512-d features of ResNet-18; no
-    ImageNet weights, so a pretrained recipe on it is refused before any job."""
+    torchvision weights, so a pretrained recipe on it is refused before any job unless the
+    config pretrains its own backbones (``pretraining``, the demo)."""
     import copy
 
     from atat.plan.config import ConfigError, load_config, validate_config
@@ -83,8 +86,9 @@ def test_resnet10_is_the_shallow_from_scratch_resnet():
     assert logits.shape == (2, 5) and len(hidden) == 4
     n10 = sum(p.numel() for p in net.parameters())
     assert n10 < sum(p.numel() for p in build_model("resnet18", 5).parameters()) / 2
-    with pytest.raises(ValueError, match="no ImageNet weights"):
-        build_model("resnet10", 5, weights_path="x.pth")
+    with pytest.raises(ValueError, match="no torchvision weights"):
+        from atat.training.models import resnet10
+        resnet10(weights="IMAGENET1K_V1")
     root = Path(__file__).resolve().parents[1] / "config"
     cfg = load_config(root / "config.yaml", root / "demo.yaml")
     cfg = copy.deepcopy(cfg)
@@ -94,7 +98,11 @@ def test_resnet10_is_the_shallow_from_scratch_resnet():
     cfg["causal"], cfg["inversion"]["attacks"] = None, []
     cfg["dose_response"] = None
     cfg["tables"] = {"table4_architecture": "resnet10"}
-    validate_config(cfg)
     cfg["training"]["pretrained"] = True
+    validate_config(cfg)            # the demo's pretraining makes a backbone for it
+    cfg["pretraining"] = None       # without: torchvision's ImageNet files, none for ResNet-10
+    cfg["evaluation_model"]["pretrained"] = cfg["face_embedding"]["pretrained"] = False
     with pytest.raises(ConfigError, match="architectures.resnet10: no ImageNet weights"):
         validate_config(cfg)
+    cfg["training"]["pretrained"] = False
+    validate_config(cfg)

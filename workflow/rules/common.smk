@@ -215,10 +215,14 @@ def n_classes(dataset):
 
 
 def weights_path(wildcards):
-    """ImageNet weights file of this cell, or None when training from scratch."""
+    """Pretrained weights file of this cell, or None when training from scratch: the config's
+    pretraining of the architecture at the dataset's resolution (rule pretrain_backbone), else
+    torchvision's ImageNet file (rule torchvision_weights)."""
     params = training_params(config, wildcards.dataset, wildcards.arch, wildcards.defense)
     if not params["pretrained"]:
         return None
+    if config.get("pretraining"):
+        return pretrained_backbone_file(wildcards.arch, dataset_resolution(wildcards.dataset))
     weights = config["architectures"][wildcards.arch].get("weights", "IMAGENET1K_V1")
     return f"{RES}/weights/torchvision/{torchvision_weights_filename(wildcards.arch, weights)}"
 
@@ -445,6 +449,9 @@ def torchvision_weight_urls():
     ev = config.get("evaluation_model") or {}
     if ev.get("pretrained"):
         wanted.append((ev.get("architecture", "inception_v3"), ev.get("weights", "IMAGENET1K_V1")))
+    face = config.get("face_embedding") or {}
+    if face.get("pretrained") and not config.get("pretraining"):
+        wanted.append((face.get("architecture", "resnet18"), "IMAGENET1K_V1"))
     if config.get("inversion"):
         wanted.append(("vgg16", "IMAGENET1K_V1"))
     try:
@@ -496,10 +503,13 @@ def lpips_files():
 
 
 def evaluation_weights_file():
-    """ImageNet init of the evaluation model (Inception-v3), or None when trained from scratch."""
+    """Pretrained init of the evaluation model (Inception-v3): the config's pretraining at the
+    model's resolution, else torchvision's ImageNet file; None when trained from scratch."""
     ev = config.get("evaluation_model") or {}
     if not ev.get("pretrained"):
         return None
+    if config.get("pretraining"):
+        return pretrained_backbone_file(ev.get("architecture", "inception_v3"), ev["resolution"])
     return _torchvision_file(
         ev.get("architecture", "inception_v3"), ev.get("weights", "IMAGENET1K_V1")
     )
@@ -548,7 +558,9 @@ def face_embedding_spec(dataset, seed=None):
     the prior-quality instrument's member trained with ``seed`` (rule
     train_instrument_classifier)."""
     resume = f"results/.resume/face_embedding/{dataset}"
+    extra = {"weights_path": face_embedding_weights()} if FACE_CFG.get("pretrained") else {}
     return dict(
+        **extra,
         dataset_dir=dataset_dir(dataset),
         architecture=FACE_CFG.get("architecture", "resnet18"),
         resolution=int(FACE_CFG["resolution"]),
@@ -560,6 +572,23 @@ def face_embedding_spec(dataset, seed=None):
     )
 
 
+def face_embedding_weights():
+    """Pretrained init of the public classifier (face_embedding.pretrained): the config's
+    pretraining of its architecture at its resolution, else torchvision's ImageNet file."""
+    arch = FACE_CFG.get("architecture", "resnet18")
+    if config.get("pretraining"):
+        return pretrained_backbone_file(arch, FACE_CFG["resolution"])
+    return _torchvision_file(arch, "IMAGENET1K_V1")
+
+
+def face_embedding_inputs(wildcards):
+    """Inputs of a public classifier's training: the dataset, and its pretrained weights."""
+    inputs = {"dataset": dataset_stamp(wildcards.dataset)}
+    if FACE_CFG.get("pretrained"):
+        inputs["weights"] = face_embedding_weights()
+    return inputs
+
+
 def prior_instrument_files(dataset, kind="model.pt"):
     """The ``kind`` files (model.pt, metrics.json) of the public classifiers that judge the
     priors trained on ``dataset`` in rule prior_quality -- the face embedding's classifier, then
@@ -569,6 +598,35 @@ def prior_instrument_files(dataset, kind="model.pt"):
     return [f"results/face_embedding/{dataset}/{kind}"] + [
         f"results/face_embedding/{dataset}/seed{first + i}/{kind}" for i in range(1, n)
     ]
+
+
+# ---- the miniature's ImageNet (rules of pretrain.smk; docs/decisions.md#pretraining)
+from atat.plan.config import pretraining_backbones, pretraining_exclusions  # noqa: E402
+
+#: (backbone, resolution) -> {aux_logits, training} of every backbone the config pretrains
+PRETRAIN = pretraining_backbones(config)
+PRETRAIN_POPULATION = f"{RES}/pretraining/population"
+
+
+def pretrained_backbone_file(backbone, resolution):
+    """The weights file (torchvision state dict) rule pretrain_backbone writes."""
+    return f"results/pretrained/{backbone}/{int(resolution)}px/weights.pth"
+
+
+def pretrain_backbone_spec(wildcards):
+    """Keyword arguments of atat.training.pretrain.pretrain_backbone for one backbone."""
+    entry = PRETRAIN[(wildcards.backbone, int(wildcards.res))]
+    return dict(
+        dataset_root=PRETRAIN_POPULATION,
+        architecture=wildcards.backbone,
+        resolution=int(wildcards.res),
+        training=dict(entry["training"]),
+        augmentation=config["augmentation"],
+        seed=int(config["pretraining"]["seed"]),
+        aux_logits=entry["aux_logits"],
+        num_workers=int(config["training"].get("num_workers", 0)),
+        resume_path=f"results/.resume/pretrained/{wildcards.backbone}/{wildcards.res}px/resume.pt",
+    )
 
 
 def face_network_file(dataset):

@@ -40,7 +40,7 @@ rule train_evaluation_model:
 
 rule train_face_embedding:
     input:
-        dataset=lambda wc: dataset_stamp(wc.dataset),
+        unpack(face_embedding_inputs),
     output:
         model="results/face_embedding/{dataset}/model.pt",
         metrics="results/face_embedding/{dataset}/metrics.json",
@@ -71,7 +71,7 @@ rule train_instrument_classifier:
     # atat.inversion.prior_quality): the public pool's classifier of rule train_face_embedding
     # retrained with another seed. Only rule prior_quality reads them; no attack does.
     input:
-        dataset=lambda wc: dataset_stamp(wc.dataset),
+        unpack(face_embedding_inputs),
     output:
         model="results/face_embedding/{dataset}/seed{seed}/model.pt",
         metrics="results/face_embedding/{dataset}/seed{seed}/metrics.json",

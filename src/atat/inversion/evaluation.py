@@ -12,7 +12,9 @@
   ``InceptionResnetV1`` (VGGFace2 weights from a local file, unit-norm 512-d output, [-1, 1] inputs
   fed directly) or, where no pretrained face network is available (embedded demo), a ResNet-18
   trained on the attacker's public pool (identities disjoint from the private ones) whose
-  L2-normalised penultimate features serve as the embedding.
+  L2-normalised penultimate features serve as the embedding; ImageNet-style initialised from a
+  pretrained backbone where ``face_embedding.pretrained`` (the demo: the miniature's
+  pretraining, :mod:`atat.training.pretrain`).
 
 Both train through the one training loop, :func:`atat.training.train.fit` (resumable). Every model
 takes images in [-1, 1]. Checkpoints are written atomically (:mod:`atat.base.io`).
@@ -23,7 +25,7 @@ from __future__ import annotations
 import copy
 import logging
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -35,8 +37,8 @@ from atat.base import io
 from atat.data.loading import ManifestDataset, build_transform, make_loader
 from atat.data.manifest import read_meta
 from atat.plan.inversion_defaults import EVAL_TRAINING_DEFAULTS
-from atat.training.defenses import StepContext
-from atat.training.models import Classifier, build_model
+from atat.training.models import Classifier, build_model, load_pretrained
+from atat.training.pretrain import CrossEntropy
 from atat.training.train import evaluate, fingerprint, seed_everything, versions
 from atat.training.train import fit as train_loop
 
@@ -107,11 +109,13 @@ def build_evaluation_model(n_classes: int, *, aux_logits: bool = True,
                            weights_path: str | Path | None = None,
                            transform_input: bool | None = None,
                            resolution: int = 299) -> EvaluationModel:
-    """Inception-v3 evaluation model. ``weights_path``: torchvision ImageNet state dict on disk
-    (``inception_v3_google-*.pth``; never downloaded here) → ``transform_input=True`` and
-    ``init_weights=False`` as torchvision does with ``weights=IMAGENET1K_V1``; ``None`` → random
-    ``init_weights=True`` initialisation. ``transform_input`` overrides the default (used when
-    rebuilding a trained checkpoint)."""
+    """Inception-v3 evaluation model. ``weights_path``: a pretrained Inception-v3 state dict on
+    disk (torchvision's ImageNet ``inception_v3_google-*.pth`` on the paper config, the
+    miniature's pretraining on the demo, both through
+    :func:`atat.training.models.load_pretrained`; never downloaded here) →
+    ``transform_input=True`` and ``init_weights=False`` as torchvision does with
+    ``weights=IMAGENET1K_V1``; ``None`` → random ``init_weights=True`` initialisation.
+    ``transform_input`` overrides the default (used when rebuilding a trained checkpoint)."""
     pretrained = weights_path is not None
     if transform_input is None:
         transform_input = pretrained
@@ -121,10 +125,9 @@ def build_evaluation_model(n_classes: int, *, aux_logits: bool = True,
                                         transform_input=bool(transform_input),
                                         init_weights=not pretrained)
     if pretrained:
-        path = Path(weights_path)
-        if not path.is_file():
-            raise FileNotFoundError(f"ImageNet weights of the evaluation model not found: {path}")
-        net.load_state_dict(io.torch_load(path, advice=io.DOWNLOAD_ADVICE))
+        # without the auxiliary head, a file's AuxLogits tensors (ImageNet's) are not needed
+        load_pretrained(net, weights_path, what="the evaluation model (Inception-v3)",
+                        removed=() if aux_logits else ("AuxLogits.",))
     if not aux_logits:
         net.aux_logits = False
         net.AuxLogits = None
@@ -153,46 +156,9 @@ def eval_augmentation(aug: Mapping[str, Any] | None) -> dict[str, Any]:
     return out
 
 
-class _CrossEntropy:
-    """The training method (:class:`atat.training.train.TrainingMethod`) of the evaluation networks:
-    the summed loss of ``loss_fn`` (model, x, y) -> (loss, logits); summed cross-entropy of
-    the plain logits for evaluation; no state of its own. Logs the augmented training
-    accuracy."""
-
-    def __init__(self, loss_fn: Callable[[nn.Module, Tensor, Tensor], tuple[Tensor, Tensor]]
-                 | None = None) -> None:
-        self.loss_fn = loss_fn or self.eval_loss
-
-    @staticmethod
-    def eval_loss(model: nn.Module, x: Tensor, y: Tensor) -> tuple[Tensor, Tensor]:
-        logits = model(x)
-        return F.cross_entropy(logits, y, reduction="sum"), logits
-
-    def on_epoch_start(self, epoch: int, model: nn.Module) -> None:
-        pass
-
-    def train_step(self, model: nn.Module, optimizer: torch.optim.Optimizer, x: Tensor,
-                   y: Tensor, ctx: StepContext) -> tuple[float, dict[str, float]]:
-        optimizer.zero_grad(set_to_none=True)
-        loss, logits = self.loss_fn(model, x, y)
-        if not torch.isfinite(loss):
-            raise FloatingPointError(f"training loss is {float(loss.detach())} at epoch "
-                                     f"{ctx.epoch}, step {ctx.step}")
-        loss.backward()
-        optimizer.step()
-        correct = int((logits.detach().argmax(1) == y).sum())
-        return float(loss.detach()), {"train_acc_augmented": correct / len(y)}
-
-    def state_dict(self) -> dict[str, Any]:
-        return {}
-
-    def checkpoint_state_dict(self) -> dict[str, Any]:
-        return {}
-
-    def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        if state:
-            raise ValueError(f"the evaluation networks' training has no state, got "
-                             f"{sorted(state)}")
+#: the evaluation networks' training method: plain summed cross-entropy (one home,
+#: atat.training.pretrain, shared with the pretrained backbones)
+_CrossEntropy = CrossEntropy
 
 
 def _recipe(training: Mapping[str, Any] | None) -> dict[str, Any]:
@@ -409,11 +375,14 @@ def train_face_embedding(dataset_dir: str | Path, *, out_model: str | Path,
                          resolution: int = 64, training: Mapping[str, Any] | None = None,
                          augmentation: Mapping[str, Any] | None = None, seed: int = 0,
                          holdout_fraction: float = FACE_HOLDOUT_FRACTION, num_workers: int = 0,
+                         weights_path: str | Path | None = None,
                          device: str | torch.device = "cpu", progress: bool = True,
                          resume_path: str | Path | None = None,
                          stop_after_epochs: int | None = None) -> dict[str, Any] | None:
-    """Train the demo face-embedding network: ``architecture`` from scratch on the public pool
-    ``<dataset_dir>/public`` (identities must be disjoint from ``<dataset_dir>/private``),
+    """Train the demo face-embedding network: ``architecture`` on the public pool
+    ``<dataset_dir>/public`` (identities must be disjoint from ``<dataset_dir>/private``), from
+    scratch or, with ``weights_path``, from a pretrained backbone
+    (:func:`atat.training.models.build_model`, as a target model's ``training.pretrained``),
     holding out ``holdout_fraction`` of each identity's images for validation (best-val-loss
     checkpoint), through the one training loop (:func:`atat.training.train.fit`; resumable from
     ``resume_path``; None when ``stop_after_epochs`` interrupted the run). Besides the
@@ -445,12 +414,14 @@ def train_face_embedding(dataset_dir: str | Path, *, out_model: str | Path,
                               drop_last=len(train_idx) >= bs, generator=loader_gen,
                               num_workers=num_workers)
     val_loader = DataLoader(Subset(full_eval, held_idx), batch_size=bs, num_workers=num_workers)
-    model = build_model(architecture, n_classes).to(device)
+    model = build_model(architecture, n_classes, weights_path).to(device)
     _check_batches(train_loader, "face embedding", bs)
     settings = {"kind": "public_classifier", "dataset_dir": str(dataset_dir),
                 "architecture": architecture, "resolution": int(resolution), "training": p,
                 "augmentation": augmentation, "seed": int(seed),
                 "holdout_fraction": float(holdout_fraction), "num_workers": int(num_workers)}
+    if weights_path is not None:  # only then: a from-scratch run keeps its fingerprint
+        settings["weights_path"] = str(weights_path)
     fit = train_loop(model, _CrossEntropy(), name="face embedding", n_classes=n_classes,
                      recipe=p, train_loader=train_loader, val_loader=val_loader,
                      loader_gen=loader_gen, resume_path=resume_path,
@@ -469,9 +440,11 @@ def train_face_embedding(dataset_dir: str | Path, *, out_model: str | Path,
         "format_version": FORMAT_VERSION, "kind": "public_classifier",
         "architecture": architecture, "n_classes": int(n_classes),
         "resolution": int(resolution), "state_dict": best["model"], "best_epoch": best["epoch"],
+        "pretrained": weights_path is not None,
     }
     metrics = {
         "source": "public_classifier", "architecture": architecture,
+        "pretrained": weights_path is not None,
         "n_identities": int(n_classes), "resolution": int(resolution), "seed": int(seed),
         "n_train": len(train_idx), "n_heldout": len(held_idx),
         "holdout_fraction": float(holdout_fraction), "identity_overlap_with_private": len(overlap),

@@ -321,18 +321,101 @@ TABLE4_DEFAULT_ARCHITECTURE = "resnet152"
 
 
 def _check_pretrained_weights(config: Mapping[str, Any]) -> None:
-    """A model whose recipe starts from ImageNet weights (``pretrained: true``) needs an
-    architecture torchvision publishes them for (``atat.plan.weights_table``): not ResNet-10,
-    the demo's from-scratch shallow network."""
+    """A model whose recipe starts from pretrained weights (``pretrained: true``) needs a source
+    of them: the config's ``pretraining`` (the miniature's own backbones, any architecture), or
+    else torchvision's ImageNet files (``atat.plan.weights_table``): not ResNet-10 or
+    DenseNet-47, the demo's own networks. ``face_embedding.pretrained`` is a public
+    classifier's (FaceNet is pretrained by definition)."""
     from atat.plan.weights_table import TORCHVISION_WEIGHTS
 
+    face = config.get("face_embedding") or {}
+    if face.get("pretrained") and face.get("source") != "public_classifier":
+        raise ConfigError("invalid configuration: face_embedding.pretrained: only a "
+                          "public_classifier is fine-tuned from a pretrained backbone (FaceNet's "
+                          "weights are downloaded); remove the key")
+    if config.get("pretraining"):
+        _check_pretraining(config)
+        return
+    if face.get("pretrained") and face.get("architecture", "resnet18") not in TORCHVISION_WEIGHTS:
+        raise ConfigError(f"invalid configuration: face_embedding.pretrained: no ImageNet "
+                          f"weights exist for {face.get('architecture')} (add a pretraining block)")
     for run in model_runs(config):
         if run.architecture in TORCHVISION_WEIGHTS or run.defense not in config["defenses"]:
             continue
         if training_params(config, run.dataset, run.architecture, run.defense)["pretrained"]:
             raise ConfigError(f"invalid configuration: architectures.{run.architecture}: no "
                               f"ImageNet weights exist for it, but {run.path} is trained with "
-                              "pretrained: true (set training.pretrained: false)")
+                              "pretrained: true (set training.pretrained: false, or add a "
+                              "pretraining block: the miniature's own backbones)")
+
+
+#: the evaluation model's network, a backbone of ``pretraining`` besides the target architectures
+EVALUATION_BACKBONE = "inception_v3"
+
+
+def pretraining_exclusions(config: Mapping[str, Any]) -> list[dict[str, int]]:
+    """The face populations the pretraining population must be disjoint from
+    (:mod:`atat.data.pretraining`): the seed and pool sizes of every synthetic face dataset of
+    the config (a dog population has no face identities to collide with)."""
+    out = []
+    for d in config["datasets"].values():
+        syn = d.get("synthetic") or {}
+        if d["source"] != "synthfaces" or syn.get("domain", "faces") != "faces":
+            continue
+        out.append({"seed": int(syn["seed"]),
+                    "n_private_identities": int(syn["n_private_identities"]),
+                    "n_public_identities": int(syn["n_public_identities"])})
+    return out
+
+
+def pretraining_backbones(config: Mapping[str, Any]) -> dict[tuple[str, int], dict[str, Any]]:
+    """(backbone, resolution) -> {aux_logits, training} of every network the config fine-tunes
+    from its ``pretraining``: each target architecture trained with ``pretrained: true`` at its
+    dataset's resolution, the evaluation model's Inception-v3 at its resolution
+    (``evaluation_model.pretrained``) and the public classifier of δ_face
+    (``face_embedding.pretrained``); one backbone serves every network of the same
+    architecture and resolution. Empty without ``pretraining`` (the paper config: torchvision's
+    ImageNet files). ``training``: ``pretraining.training`` updated by the backbone's entry of
+    ``pretraining.backbones``."""
+    pre = config.get("pretraining")
+    if not pre:
+        return {}
+    wanted: dict[tuple[str, int], bool] = {}
+    for run in model_runs(config):
+        if run.defense in config["defenses"] and training_params(
+                config, run.dataset, run.architecture, run.defense)["pretrained"]:
+            wanted[(run.architecture, int(config["datasets"][run.dataset]["resolution"]))] = False
+    ev = config.get("evaluation_model") or {}
+    if ev.get("pretrained"):
+        wanted[(str(ev.get("architecture", EVALUATION_BACKBONE)), int(ev["resolution"]))] = \
+            bool(ev.get("aux_logits", True))
+    face = config.get("face_embedding") or {}
+    if face.get("pretrained") and face.get("source") == "public_classifier":
+        wanted.setdefault((str(face.get("architecture", "resnet18")), int(face["resolution"])),
+                          False)
+    per = pre.get("backbones") or {}
+    return {key: {"aux_logits": aux, "training": {**pre["training"], **(per.get(key[0]) or {})}}
+            for key, aux in sorted(wanted.items())}
+
+
+def _check_pretraining(config: Mapping[str, Any]) -> None:
+    """``pretraining``: each backbone's recipe has its milestones below its epochs and a batch
+    no larger than the population's training images (the loader drops the last partial batch)."""
+    pre = config["pretraining"]
+    pop = pre["population"]
+    n_train = int(pop["identities"]) * int(pop["images_per_identity"])
+    recipes = [("pretraining.training", dict(pre["training"]))]
+    recipes += [(f"pretraining.backbones.{name}", {**pre["training"], **(entry or {})})
+                for name, entry in (pre.get("backbones") or {}).items()]
+    for key, recipe in recipes:
+        if any(m >= recipe["epochs"] for m in recipe["lr_milestones"]):
+            raise ConfigError(f"invalid configuration: {key}.lr_milestones: every milestone must "
+                              f"be < epochs = {recipe['epochs']} (milestones "
+                              f"{list(recipe['lr_milestones'])})")
+        if int(recipe["batch_size"]) > n_train:
+            raise ConfigError(f"invalid configuration: {key}.batch_size: {recipe['batch_size']} "
+                              f"is more than the pretraining population's {n_train} training "
+                              "images (pretraining.population)")
 
 
 def _check_statistics(config: Mapping[str, Any]) -> None:
