@@ -33,3 +33,7 @@ rule all:
     input:
         all_targets(),
     default_target: True
+
+
+# every input/params/resource function's signature read once, not per job (common.smk)
+cache_function_signatures()

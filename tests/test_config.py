@@ -815,3 +815,31 @@ def test_nan_and_inf_are_rejected_naming_the_key(tmp_path, base, overlay, key):
     with pytest.raises(ConfigError, match="must be finite") as info:
         validate_config(config)
     assert key in str(info.value), str(info.value)
+
+
+def test_derived_values_are_memoised_per_config_content_and_follow_its_edits():
+    """inversion_params and inversion_shards are computed once per config and job (the DAG asks
+    for them thousands of times); the memo follows a key set or replaced on the first two
+    levels, a deeper edit in place after forget(), and every caller gets its own copy."""
+    from atat.plan import config as C
+
+    cfg = load_config(PAPER)
+    args = ("facescrub", "resnet152", "nodef", "ppa")
+    first = C.inversion_params(cfg, *args)
+    assert first == C._inversion_params(cfg, *args)
+    first["steps"] = -1                                    # a caller's edit stays its own
+    assert C.inversion_params(cfg, *args)["steps"] != -1
+    assert C.inversion_params(copy.deepcopy(cfg), *args) == C.inversion_params(cfg, *args)
+    cfg["inversion"]["classes_per_job"] = {"ppa": 200}      # replaced on the second level
+    assert C.inversion_shards(cfg, *args) == [(0, 200), (200, 400), (400, 530)]
+    cfg["inversion"]["classes_per_job"] = {"ppa": 300}
+    assert C.inversion_shards(cfg, *args) == [(0, 300), (300, 530)]
+    cfg.update(inversion={**cfg["inversion"], "seed": 7})   # replaced on the first level
+    assert C.inversion_params(cfg, *args)["seed"] == 7
+    cfg["inversion"]["ppa"]["batch_size"] = 3               # deeper, in place: after forget()
+    C.forget(cfg)
+    assert C.inversion_params(cfg, *args)["batch_size"] == 3
+    calls = []
+    value = C.memoised("test", cfg, ("k",), lambda: calls.append(1) or 42)
+    assert value == C.memoised("test", cfg, ("k",), lambda: calls.append(1) or 43) == 42
+    assert calls == [1]

@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import hashlib
+import json
 import math
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any, Callable, Hashable, Iterable, Mapping, TypeVar
 
 import jsonschema
 import yaml
@@ -25,6 +27,94 @@ SCHEMA_PATH = REPO_ROOT / "workflow" / "schemas" / "config.schema.yaml"
 
 class ConfigError(ValueError):
     """The configuration is invalid; the message names the offending key."""
+
+
+# ---- values derived from a config, computed once per config ------------------------------------
+# Snakemake asks for the same derived values (an inversion job's settings, a job's cost) once
+# per job and per resource: thousands of times for the paper's DAG. They depend on the config
+# and their arguments only, so each is computed once per config content and arguments.
+
+#: configs whose content token is known: id -> (the config, the objects of its first two
+#: levels, their ids, the token). Holding the objects keeps their ids from being reused.
+_TOKENS: dict[int, tuple[Any, list[Any], tuple[int, ...], str]] = {}
+_MEMO: dict[tuple[Hashable, ...], Any] = {}
+#: configs remembered at once; memoised values kept before the memo starts again
+MEMO_CONFIGS = 16
+MEMO_ENTRIES = 200_000
+_T = TypeVar("_T")
+
+
+def _two_levels(config: Mapping[str, Any]) -> list[Any]:
+    """The values of ``config`` and of every mapping or list among them."""
+    top = list(config.values())
+    out = list(top)
+    for v in top:
+        if isinstance(v, Mapping):
+            out.extend(v.values())
+        elif isinstance(v, list):
+            out.extend(v)
+    return out
+
+
+def config_token(config: Mapping[str, Any]) -> str:
+    """A text standing for ``config``'s content (the sha256 of its canonical JSON), computed
+    once per config object. The object is remembered with the objects of its first two levels:
+    a key set or replaced there (``config.update(...)``, ``cfg["inversion"]["classes_per_job"]
+    = ...``, an item appended to ``cfg["seeds"]``) computes the token again; an edit deeper
+    down, in place, is not seen -- call :func:`forget` after one. Equal contents give equal
+    tokens, so a copy of a config shares its memoised values."""
+    objs = _two_levels(config)
+    ids = tuple(map(id, objs))
+    hit = _TOKENS.get(id(config))
+    if hit is not None and hit[0] is config and hit[2] == ids:
+        return hit[3]
+    try:
+        text = json.dumps(config, sort_keys=True, default=repr)
+    except TypeError:   # keys of mixed types: no canonical order, this object alone
+        text = f"object {id(config)} {len(_TOKENS)} {len(_MEMO)} {ids}"
+    token = hashlib.sha256(text.encode()).hexdigest()
+    _TOKENS.pop(id(config), None)
+    _TOKENS[id(config)] = (config, objs, ids, token)
+    while len(_TOKENS) > MEMO_CONFIGS:
+        del _TOKENS[next(iter(_TOKENS))]
+    return token
+
+
+def forget(config: Mapping[str, Any] | None = None) -> None:
+    """Drop what is remembered of ``config`` (after editing it in place below its second
+    level), or everything (None)."""
+    if config is None:
+        _TOKENS.clear()
+        _MEMO.clear()
+    else:
+        _TOKENS.pop(id(config), None)
+
+
+def memoised(name: str, config: Mapping[str, Any], key: Hashable,
+             compute: Callable[[], _T]) -> _T:
+    """``compute()``, or the value it gave before for ``name`` with ``key`` under a config of
+    the same content (:func:`config_token`). Values are shared between callers: return
+    immutable values, or copy them (:func:`copy_tree`). A call that raises is not
+    remembered."""
+    k = (name, config_token(config), key)
+    try:
+        return _MEMO[k]
+    except KeyError:
+        pass
+    value = compute()
+    if len(_MEMO) >= MEMO_ENTRIES:
+        _MEMO.clear()
+    _MEMO[k] = value
+    return value
+
+
+def copy_tree(obj: _T) -> _T:
+    """A copy of nested dicts and lists (the leaves shared: numbers, strings, None)."""
+    if type(obj) is dict:
+        return {k: copy_tree(v) for k, v in obj.items()}  # type: ignore[return-value]
+    if type(obj) is list:
+        return [copy_tree(v) for v in obj]  # type: ignore[return-value]
+    return copy.deepcopy(obj) if isinstance(obj, (dict, list, set)) else obj
 
 
 def deep_merge(base: Mapping[str, Any], overlay: Mapping[str, Any]) -> dict[str, Any]:
@@ -723,7 +813,15 @@ def inversion_params(config: Mapping[str, Any], dataset: str, architecture: str,
                      attack: str) -> dict[str, Any]:
     """Settings of one inversion job: the attack's section plus the shared keys (seed,
     targets, figure resolution, the dataset's generator and its crop), then every matching
-    ``inversion.overrides`` entry in order (later entries win)."""
+    ``inversion.overrides`` entry in order (later entries win). Computed once per config and
+    job (:func:`memoised`); each call returns its own copy."""
+    return copy_tree(memoised("inversion_params", config, (dataset, architecture, defense, attack),
+                              lambda: _inversion_params(config, dataset, architecture, defense,
+                                                        attack)))
+
+
+def _inversion_params(config: Mapping[str, Any], dataset: str, architecture: str, defense: str,
+                      attack: str) -> dict[str, Any]:
     inv = config["inversion"]
     params = deep_merge({}, inv.get(attack, {}))
     params["targets"] = inv.get("targets", "all")
@@ -767,12 +865,19 @@ def inversion_shards(config: Mapping[str, Any], dataset: str, architecture: str,
     of at most ``inversion.classes_per_job[attack]`` classes (absent or null: one range of
     every class). One range = one job (rule invert); several = one rule invert_shard job
     each, merged by rule invert into the same outputs. The model's seed does not matter."""
+    return list(memoised("inversion_shards", config, (dataset, architecture, defense, attack),
+                         lambda: _inversion_shards(config, dataset, architecture, defense,
+                                                   attack)))
+
+
+def _inversion_shards(config: Mapping[str, Any], dataset: str, architecture: str, defense: str,
+                      attack: str) -> tuple[tuple[int, int], ...]:
     n = inversion_class_count(inversion_params(config, dataset, architecture, defense, attack))
     per_job = (config["inversion"].get("classes_per_job") or {}).get(attack)
     size = n if per_job is None else int(per_job)
     if size < 1:
         raise ConfigError(f"inversion.classes_per_job.{attack} must be >= 1, got {per_job!r}")
-    return [(a, min(a + size, n)) for a in range(0, n, size)]
+    return tuple((a, min(a + size, n)) for a in range(0, n, size))
 
 
 def _canonical(obj: Any) -> Any:
