@@ -226,7 +226,10 @@ def test_profile_gives_the_partition_limit():
 
     prof = read_profile(ROOT / "profiles" / "slurm")
     assert isinstance(prof["max_runtime_min"], int)
-    assert jc.parse_gpu_cards(prof["gpu_cards"])
+    assert prof["gpu_cards"] and all(card.mb > 0 for card in prof["gpu_cards"])
+    # a --config of the run wins key by key (atat.plan.cluster)
+    assert read_profile(ROOT / "profiles" / "slurm", {"max_runtime_min": 1440})[
+        "max_runtime_min"] == 1440
 
 
 def test_stylegan_macs_from_the_architecture_match_the_counts():

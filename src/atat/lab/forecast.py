@@ -327,9 +327,14 @@ def format_table(rows: Sequence[RuleRow], *, max_runtime_min: int | None, n_gpus
     return "\n".join(out)
 
 
-def read_profile(profile: str | Path | None) -> dict[str, Any]:
-    """The ``config:`` entries of a Snakemake profile (``key=value`` strings), e.g.
-    max_runtime_min."""
+def read_profile(profile: str | Path | None,
+                 config: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The ``config:`` entries of a Snakemake profile (``key=value`` strings) and the cluster
+    settings the workflow reads with it (atat.plan.cluster.load_cluster_settings:
+    ``max_runtime_min``, ``gpu_cards`` as cards, ``gpu_card_resource``; the file the entries or
+    ``config`` name, ``profiles/slurm/cluster.yaml`` by default, their own keys winning)."""
+    from atat.plan.cluster import load_cluster_settings
+
     if not profile:
         return {}
     path = Path(profile)
@@ -339,7 +344,7 @@ def read_profile(profile: str | Path | None) -> dict[str, Any]:
     for entry in data.get("config") or []:
         key, _, val = str(entry).partition("=")
         out[key.strip()] = int(val) if val.strip().isdigit() else val.strip()
-    return out
+    return {**out, **load_cluster_settings({**out, **(config or {})}, ROOT)}
 
 
 def read_measured(path: str | Path) -> dict[str, tuple[int, float]]:
@@ -926,8 +931,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"{k:45s} {v:.6g} CPU-s")
         print(f"written: {CPU_CSV}")
         return 0
-    prof = read_profile(args.profile) if args.profile else {}
     jobs, config = dag_jobs(configs[1:] if len(configs) > 1 else [configs[0]])
+    prof = read_profile(args.profile, config) if args.profile else {}
     # on the GPU forecast the CPU rules are only counted: their CPU calibration is the demo's
     # shapes (dataset preparation, downloads and merges at paper scale are not modelled)
     cpu = read_cpu_rates(Path(args.calibration)) if args.device == "cpu" else None
