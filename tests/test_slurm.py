@@ -279,6 +279,19 @@ def test_paper_dry_run_on_40gb_cards_is_one_message(tmp_path):
     assert len(text.splitlines()) < 200
 
 
+def test_retry_asks_for_more_time(tmp_path):
+    """Attempt 2 of a job requests its first runtime x 1.5 (rounded up to 10 minutes)."""
+    target = "results/models/synthfaces/resnet18/nodef/seed0/model.pt"
+    runtime = {}
+    for attempt in (1, 2):
+        out = _dry("--profile", "slurm", "--configfile", str(ROOT / "config" / "demo.yaml"),
+                   "--directory", str(tmp_path), "--attempt", str(attempt), target)
+        assert out.returncode == 0, out.stderr[-3000:]
+        runtime[attempt] = [int(r["runtime"]) for rule, r, _ in _job_resources(out.stdout)
+                            if rule == "train_model"]
+    assert len(runtime[1]) == 1 and runtime[2] == [-(-runtime[1][0] * 3 // 20) * 10]
+
+
 def test_bad_partition_stops_before_any_submission(tmp_path):
     """Executor slurm, a fake sinfo without the profile's GPU partition (and a fake sbatch
     that records its calls): the run stops in onstart naming the partition and the rules

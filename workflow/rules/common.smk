@@ -736,6 +736,7 @@ except ValueError as exc:
 MAX_RUNTIME_MIN = CLUSTER.get("max_runtime_min")
 GPU_CARDS = CLUSTER["gpu_cards"]
 GPU_CARD_RESOURCE = CLUSTER["gpu_card_resource"]
+CARD_SIZES = [(c.name, c.mb) for c in GPU_CARDS]
 #: whether the GPU rules ask for a GPU at all (config `device`)
 USES_GPU = config.get("device", "auto") != "cpu"
 #: wildcards a job's GPU memory does not depend on (its seed, epsilon, class range)
@@ -743,7 +744,8 @@ _NOT_SHAPE = ("seed", "eps", "start", "stop")
 
 
 def _items(wildcards):
-    return tuple(wildcards.items())
+    """A job's wildcards as a memo key: text values, as Snakemake gives them to a rule."""
+    return tuple((k, str(v)) for k, v in wildcards.items())
 
 
 @functools.lru_cache(maxsize=None)
@@ -789,9 +791,13 @@ def _need_mb_of(rule, shape):
         raise WorkflowError(f"{rule} {dict(shape)}: {exc}") from None
 
 
+def _shape(wildcards):
+    return tuple((k, str(v)) for k, v in wildcards.items() if k not in _NOT_SHAPE)
+
+
 def _need_mb(rule, wildcards):
     """Estimated GPU memory of the job (atat.plan.gpu_memory), MiB; None: no memory model."""
-    return _need_mb_of(rule, tuple((k, v) for k, v in wildcards.items() if k not in _NOT_SHAPE))
+    return _need_mb_of(rule, _shape(wildcards))
 
 
 def gpu_count(rule):
@@ -812,10 +818,19 @@ def gpu_mem_mb(rule):
     return mem
 
 
+@functools.lru_cache(maxsize=None)
+def _log_pattern(rule):
+    return str(workflow.get_rule(rule).log[0])
+
+
 def _attempts_log(rule, wildcards):
     """The attempts log of a job (workflow/scripts/_common.py: <log>.log -> <log>.attempts.log)."""
-    log = Path(_apply_wildcards(str(workflow.get_rule(rule).log[0]), wildcards))
-    return log.with_name(log.name[: -len(".log")] + ".attempts.log")
+    pattern = _log_pattern(rule)
+    try:  # plain {name} patterns (every GPU rule's); apply_wildcards for constrained ones
+        log = pattern.format(**dict(wildcards.items()))
+    except (KeyError, IndexError, ValueError):
+        log = _apply_wildcards(pattern, wildcards)
+    return Path(log[: -len(".log")] + ".attempts.log")
 
 
 def _gpu_card(rule, wildcards):
@@ -830,7 +845,7 @@ def _gpu_card(rule, wildcards):
     log = _attempts_log(rule, wildcards)
     ooms = _oom_attempts(log.read_text(errors="replace")) if log.is_file() else 0
     try:
-        return _pick_gpu_card(need, [(c.name, c.mb) for c in GPU_CARDS], ooms)
+        return _pick_gpu_card(need, CARD_SIZES, ooms)
     except ValueError as exc:
         name = "/".join(map(str, wildcards.values()))
         raise WorkflowError(f"{rule} {name}: {exc} ({log})") from None
@@ -879,7 +894,7 @@ def planned_gpu_requests():
     """(rule, job name, requested minutes, forecast seconds) of every GPU job of the config."""
     out = []
     for rule, wc in planned_gpu_jobs():
-        seconds = _forecast_s_of(rule, tuple(wc.items()))
+        seconds = _forecast_s_of(rule, _items(wc))
         out.append((rule, "/".join(map(str, wc.values())), _runtime_request_min(seconds), seconds))
     return out
 
@@ -888,7 +903,7 @@ def planned_gpu_memory():
     """(rule, job name, MiB, shape, remedy) of every GPU job of the config with a memory model."""
     out, described = [], {}
     for rule, wc in planned_gpu_jobs():
-        shape = tuple((k, v) for k, v in wc.items() if k not in _NOT_SHAPE)
+        shape = _shape(wc)
         need = _need_mb_of(rule, shape)
         if need is None:
             continue
@@ -957,7 +972,10 @@ def check_cluster_before_jobs():
             GPU_CARD_RESOURCE,
         )
     elif proc is not None:
-        print(f"WARNING: sinfo failed, partition and GPU names unchecked: {proc.stderr}")
+        print(
+            f"WARNING: sinfo failed, partition and GPU names unchecked: {proc.stderr}",
+            file=sys.stderr,
+        )
     if problems:
         raise WorkflowError(
             "sbatch would refuse these names (profiles/slurm/config.yaml set-resources, the "
