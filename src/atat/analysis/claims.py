@@ -637,15 +637,25 @@ def bootstrap_estimate(est: float, se: float, t_draws: Any, alpha: float) -> Est
                     at=lambda a: bootstrap_estimate(est, se, t, a))
 
 
+def seed_df(s2: Any, v: Any, df: float) -> Any:
+    """Degrees of freedom of the seed's variance s2 - v (s2 estimated on ``df`` degrees of
+    freedom, v known): Satterthwaite's df (s2 - v)^2 / s2^2, at least 1 so that the quantile
+    stays finite where the seed's share is small (vectorised)."""
+    s2, v = np.asarray(s2, float), np.asarray(v, float)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        share = np.where(s2 > 0, np.maximum(s2 - v, 0.0) / s2, 0.0)
+    return np.maximum(df * share ** 2, 1.0)
+
+
 @dataclass(frozen=True)
 class SeedSpread:
     """The seed's variance of a metric, from the causal experiment's replicates (same cell and
     recipe, other seeds; :meth:`Inputs.seed_spread`): s2, the variance pooled within the two
     arms (``df`` = replicates - 2 degrees of freedom); ``v``, the mean binomial sampling
     variance p (1 - p) / n a replicate's rate carries (0 for a metric that is not a rate);
-    ``var_seed`` = max(0, s2 - v); ``var_difference`` = 2 var_seed, what a difference of two
-    single-seed models adds (for AT-AT against a baseline: its arm's and the control arm's
-    variance, s2 being their mean)."""
+    ``var_seed`` = max(0, s2 - v) with :func:`seed_df` degrees of freedom; ``var_difference``
+    = 2 var_seed, what a difference of two single-seed models adds (for AT-AT against a
+    baseline: its arm's and the control arm's variance, s2 being their mean)."""
     metric: str
     n: int
     df: int
@@ -660,10 +670,14 @@ class SeedSpread:
     def var_difference(self) -> float:
         return 2.0 * self.var_seed
 
+    @property
+    def df_seed(self) -> float:
+        return float(seed_df(self.s2, self.v, self.df))
+
     def note(self) -> str:
         return (f"{self.metric}: s2 {self.s2:.3g} over {self.n} replicates less binomial "
                 f"{self.v:.3g} -> SD of a single-seed difference "
-                f"{math.sqrt(self.var_difference):.3g}, t({self.df})")
+                f"{math.sqrt(self.var_difference):.3g}, t({self.df_seed:.3g})")
 
 
 def with_seed(e: Estimate, var: float, df: float, alpha: float) -> Estimate:
@@ -728,15 +742,25 @@ def verdicts(t: Test, lo: Any, hi: Any, lo_k: Any = None, hi_k: Any = None) -> n
     return out
 
 
+def contradiction_level(t: Test, alpha: float, k: int = 1) -> float:
+    """The one-sided level of the interval a part of a claim of ``k`` parts is contradicted
+    (or found smaller than the paper's) on: alpha / k (Bonferroni over the parts), halved
+    again for an equivalence part, which is contradicted on either side (two one-sided
+    rejections, each at alpha / 2k, so the pair stays at alpha / k whatever the interval's
+    width against the margin)."""
+    return alpha / (k * (2 if t.test == "equivalence" else 1))
+
+
 def verdict(t: Test, e: Estimate | None, alpha: float | None = None, k: int = 1) -> str:
-    """The verdict of one part: ``e``'s interval, and for a part of a claim of ``k`` > 1 parts
-    its interval at one-sided ``alpha`` / k for contradiction (:func:`verdicts`). A part the
-    plan declared undecidable is never read (one without an estimate is not testable)."""
+    """The verdict of one part: ``e``'s interval, and for contradiction its interval at
+    :func:`contradiction_level` (a part of a claim of ``k`` parts; :func:`verdicts`). A part
+    the plan declared undecidable is never read (one without an estimate is not testable)."""
     if e is None:
         return NOT_TESTABLE
     if t.undecidable:
         return UNDECIDABLE
-    wide = e.level(alpha / k) if k > 1 and alpha is not None else e
+    level = contradiction_level(t, alpha, k) if alpha is not None else None
+    wide = e.level(level) if level is not None and level < alpha else e
     return str(verdicts(t, e.lo, e.hi, wide.lo, wide.hi)[()])
 
 
@@ -854,10 +878,11 @@ class Part:
         notes = [significance_note(self.test, self.est)] if v == SMALLER else []
         if self.base is not None and (self.base.lo, self.base.hi) != (self.est.lo, self.est.hi):
             notes.append(f"sampling alone {self.base.fmt(self.digits)}")
-        if self.k > 1 and v in (CONTRADICTED, SMALLER):
-            wide = self.est.level(self.alpha / self.k)
-            notes.append(f"on its {100 * (1 - 2 * self.alpha / self.k):.3g}% Bonferroni "
-                         f"interval over {self.k} parts {wide.fmt(self.digits)}")
+        level = contradiction_level(self.test, self.alpha, self.k)
+        if level < self.alpha and v in (CONTRADICTED, SMALLER):
+            wide = self.est.level(level)
+            notes.append(f"on its {100 * (1 - 2 * level):.3g}% Bonferroni interval over "
+                         f"{self.k} parts {wide.fmt(self.digits)}")
         return f"{self.est.fmt(self.digits)} ({v}" + "".join(f", {n}" for n in notes) + ")"
 
 
@@ -1145,7 +1170,7 @@ def _seeded(inp: Inputs, t: Test, e: Estimate | None) -> tuple[Estimate | None, 
     note = f"added ({spread.note()})"
     if e is None:
         return None, note
-    return with_seed(e, spread.var_difference, spread.df, inp.plan.alpha), note
+    return with_seed(e, spread.var_difference, spread.df_seed, inp.plan.alpha), note
 
 
 def _lab(defense: str) -> str:
