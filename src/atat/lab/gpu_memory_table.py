@@ -6,15 +6,15 @@ What is counted: every tensor storage an operator creates while a pass runs (a
 and in-place results share their storage and count once), the highest total at any moment
 being the pass's peak. These are the tensors a GPU allocates through PyTorch's caching
 allocator for the same code; cuDNN's workspaces and the allocator's rounding are what
-:mod:`atat.plan.gpu_memory` adds on top (x 1.15 and the CUDA context). The peak at batches 2
-and 4 gives the bytes per image (the slope) and the batch-independent part (the parameters'
-gradients of a training step, created in its backward).
+:mod:`atat.plan.gpu_memory` adds on top (x 1.15 and the CUDA context). The slope of the peak
+between batch sizes (:func:`per_image`) gives the bytes per image.
 
 Passes (the ones the workflow's GPU rules run):
 
-* ``train``: one Adam step of a classifier in train mode (cross-entropy, backward, step; the
-  optimizer's moments exist from a first, uncounted step) -- rules train_model (NoDef; the
-  defenses' factors below), train_evaluation_model (Inception-v3 with its aux head);
+* ``train``: forward and backward of a classifier in train mode (cross-entropy; the gradient
+  buffers exist, as after a first step) -- rules train_model (NoDef; the defenses' factors
+  below), train_evaluation_model (Inception-v3 with its aux head from 150 px); Adam's step
+  itself: :func:`adam_step_factor`;
 * ``input_grad``: eval mode, parameters frozen, the gradient of the loss w.r.t. the input --
   AutoAttack's gradient passes;
 * ``no_grad``: eval mode forward without autograd -- real_embeddings, AutoAttack's Square,
@@ -26,12 +26,13 @@ Defenses: :func:`measure_defense` counts one real ``train_step`` of each defense
 code: AT-AT's PGD and two forward graphs, Trap-MID's discriminator and its trigger-injected
 half batch, MID's bottleneck, BiDO's HSIC terms) on a ResNet-18 at 64 px against NoDef's, as
 two factors: bytes per image, and parameters (the defended model's and the networks the
-defense holds).
+defense holds). :func:`measure_autoattack`: the library's own state per image, in copies of
+the input.
 
-Usage (a few minutes on two cores; ResNet-152 at 224 px peaks at ~2.5 GB)::
+Usage (about 7 minutes of one core for every entry; ResNet-152 at 224 px peaks at ~3 GB)::
 
     python -m atat.lab.gpu_memory_table                 # every entry, as Python rows
-    python -m atat.lab.gpu_memory_table --only resnet18@224 --defenses
+    python -m atat.lab.gpu_memory_table --only resnet18@224 --defenses --autoattack
     python -m atat.lab.gpu_memory_table rss --arch resnet152 --res 224 --pass train --batch 4
 
 ``rss`` runs one pass in this process and prints its peak RSS above the RSS before it (the
@@ -54,11 +55,11 @@ from torch.utils._pytree import tree_flatten
 
 from atat.plan.gpu_memory import DEFENSE_PROBE, NETWORKS, NetworkMemory
 
-__all__ = ["LiveTensors", "build_network", "measure_defense", "measure_network", "peak_bytes",
-           "per_image"]
+__all__ = ["LiveTensors", "adam_step_factor", "build_network", "measure_autoattack",
+           "measure_defense", "measure_network", "peak_bytes", "per_image"]
 
-#: batch sizes whose peaks give the slope (bytes per image) and the intercept
-BATCHES = (2, 4)
+#: parameters a defense type needs besides its defaults to be built on its own
+DEFENSE_PROBE_PARAMS = {"pixel_mask": {"stage": "group_lasso"}}
 #: classes of the probe classifiers' head (the table stores the network without its head)
 PROBE_CLASSES = 10
 #: the smallest input of Inception-v3's aux head (its 5x5 pooling of a 17x17 map at 299 px)
@@ -365,6 +366,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("command", nargs="?", default="table", choices=("table", "rss"))
     ap.add_argument("--only", action="append", help="entries name@res (default: the table's)")
     ap.add_argument("--defenses", action="store_true", help="also the defenses' factors")
+    ap.add_argument("--autoattack", action="store_true",
+                    help="also AutoAttack's state and Adam's step factor")
     ap.add_argument("--arch")
     ap.add_argument("--res", type=int)
     ap.add_argument("--pass", dest="which", default="train")
@@ -384,8 +387,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         from atat.plan.gpu_memory import DEFENSE_FACTORS
 
         for defense in DEFENSE_FACTORS:
-            act, fixed = measure_defense(defense)
-            print(f"    {defense!r}: ({act:.2f}, {fixed:.2f}),", flush=True)
+            act, params = measure_defense(defense, DEFENSE_PROBE_PARAMS.get(defense))
+            print(f"    {defense!r}: ({act:.2f}, {params:.2f}),", flush=True)
+    if args.autoattack:
+        print(f"AUTOATTACK_STATE_IMAGES: {measure_autoattack():.1f} (ResNet-10 at 32 px), "
+              f"{measure_autoattack(('resnet18', 64)):.1f} (ResNet-18 at 64 px)")
+        print(f"ADAM_STEP_FACTOR: {adam_step_factor():.2f}")
     return 0
 
 

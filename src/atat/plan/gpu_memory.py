@@ -15,7 +15,7 @@ Per rule (fp32 throughout: the paper config's precision; the opt-in ``training.a
 lowers training's activations, which this upper bound ignores):
 
 * **train_model**: weights, gradients and Adam's two moments (4 x the parameters, x the
-  defense's fixed factor) plus the larger of Adam's multi-tensor step temporaries and
+  defense's parameter factor) plus the larger of Adam's multi-tensor step temporaries and
   ``batch_size`` x the training pass per image x the defense's per-image factor
   (:data:`DEFENSE_FACTORS`: AT-AT's clean and perturbed forward graphs, Trap-MID's
   discriminator and trigger-injected half batch, MID's bottleneck, BiDO's HSIC terms);
@@ -44,7 +44,8 @@ from atat.plan.inversion_resources import ALLOCATOR_FACTOR, CUDA_CONTEXT_GIB
 from atat.plan.inversion_resources import gpu_memory_mb as _inversion_mb
 
 __all__ = ["AUTOATTACK_STATE_IMAGES", "DEFENSE_FACTORS", "DEFENSE_PROBE", "EMBED_BATCH",
-           "NETWORKS", "NetworkMemory", "autoattack_bytes", "describe_job", "evaluation_bytes",
+           "NETWORKS", "NetworkMemory", "autoattack_bytes", "defense_factors", "describe_job",
+           "evaluation_bytes",
            "gpu_mb", "hsic_bytes", "inversion_job_mb", "job_gpu_mem_mb", "network",
            "real_embeddings_bytes", "train_bytes"]
 
@@ -164,7 +165,7 @@ def _head_params(feature_dim: int, n_classes: int, defense_type: str,
 
 def defense_factors(defense_type: str, params: Mapping[str, Any] | None = None
                     ) -> tuple[float, float]:
-    """(per-image factor, fixed factor) of a defense type's training step (module doc)."""
+    """(per-image factor, parameter factor) of a defense type's training step (module doc)."""
     params = params or {}
     act, fixed = DEFENSE_FACTORS.get(defense_type, (1.0, 1.0))
     if defense_type in ONE_GRAPH_WHEN_NO_CLEAN_TERM and not float(
