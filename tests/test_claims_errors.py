@@ -154,7 +154,7 @@ def test_a_part_smaller_than_the_papers_needs_its_bonferroni_interval_too():
     assert np.mean(v == C.SMALLER) <= _bound()
 
 
-# ------------------------------------------------------------------------------ §6 on the run's data
+# ---------------------------------------------------------------------------- §6 on the run's data
 K_CLASSES, M_IMAGES, ICC = 20, 20, 0.4     # the second design's claims cell (20 x 20 images)
 N_TEST = 1260                              # each dataset's test split
 N6 = 3000

@@ -161,7 +161,7 @@ def _beta_errors(X, theta, n_data, draws, seed):
     return wald, errs / count, count
 
 
-@pytest.mark.slow   # ~5 CPU-min: 2 x 1000 datasets x 299 bootstrap refits
+@pytest.mark.slow   # ~2 min: 2 x 1000 datasets x 299 bootstrap refits
 def test_the_beta_bootstrap_t_holds_its_level_where_the_wald_z_does_not(designs):
     """The cost of privacy's joint Beta model (n = 18, the demo's design and fit) and the
     causal experiment's (n = 10, 5 treated; tau -0.57, the 9cf82ad run's, precision 300): the
