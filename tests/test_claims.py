@@ -350,7 +350,7 @@ def test_verdict_rules():
     assert directional_case(up, -0.05, 0.25) == C.TOO_WEAK    # holds 0 and theta/2
     assert directional_case(up, -0.3, -0.1) == C.CONTRADICTED
     down = C.Test("k", "x", "directional", "i", "s", sign=-1, theta=-4.3)
-    assert directional_case(down, -0.45, 0.03) == C.SMALLER   # the causal tau of issue 45
+    assert directional_case(down, -0.45, 0.03) == C.SMALLER   # a causal tau of the demo (9cf82ad)
     assert directional_case(down, -5.0, -3.0) == C.SUPPORTED
     assert directional_case(down, 0.1, 0.4) == C.CONTRADICTED
     ni = C.Test("k", "x", "non_inferiority", "i", "s", sign=-1, margin=0.1)

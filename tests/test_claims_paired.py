@@ -1,4 +1,4 @@
-"""The paired, class-clustered interval of AttAcc@1 differences (atat.analysis.claims, issue 45):
+"""The paired, class-clustered interval of AttAcc@1 differences (atat.analysis.claims):
 its statistics, the plan's choice between it and Newcombe's, the class-mismatch error, and
 by simulation why it exists (images clustered by target class)."""
 

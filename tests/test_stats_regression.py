@@ -171,7 +171,7 @@ def test_table5_sample_gives_n18_and_t13():
 
 
 def test_paper_grid_samples_select_variants_not_types():
-    """Issue 13 item 1: on the real paper grid, BiDO** (bido_lx1e3/4, type bido) and the
+    """On the real paper grid, BiDO** (bido_lx1e3/4, type bido) and the
     permuted-label models (type nodef) are not in the regression samples: generic n = 18
     (df 13, Table 5's t_{0.975,13}), gradient-suppressing n = 16."""
     df = paper_grid_summary()
@@ -197,7 +197,7 @@ def test_paper_grid_samples_select_variants_not_types():
 
 
 def test_no_t17_t20_spec_nests_a_t15_t18_spec():
-    """Issue 13 item 2: the Tables 17/20 "alternate explanation" models and the Tables 15/18
+    """The Tables 17/20 "alternate explanation" models and the Tables 15/18
     robust-accuracy models on the same sample and response are non-nested both ways (no
     design's column span holds the other's), so App. G's "significantly worse fitting" is
     a finding the data can confirm or refute, not an impossibility."""
@@ -575,7 +575,7 @@ def test_cost_of_privacy_from_beta_fit():
 
 
 # ------------------------------------------------------------------ config/regressions.yaml
-# is validated where it is loaded (issue 13, "Config names are resolved up front"): a typo is
+# is validated where it is loaded ("config names are resolved up front"): a typo is
 # an error naming the file and the key, never a regression table that silently disappears.
 def _edit_grids(cfg, **kw):
     cfg["grids"][0].update(kw)
@@ -649,7 +649,7 @@ def test_regressions_file_structure_is_checked_at_dag_time_too():
 
 
 def test_samples_and_reference_levels_come_from_the_workflow_config():
-    """Issue 17: the specifications name samples the workflow config declares
+    """The specifications name samples the workflow config declares
     (`statistics.samples`); the demo's declaration replaces the paper's, and an explicit
     spec may name a declared sample."""
     import yaml

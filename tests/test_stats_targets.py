@@ -1,6 +1,6 @@
 """Which statistics outputs (Tables 5, 15-20, cost of privacy, Figure 2) the workflow plans
 (atat.analysis.paper): a spec counts only when its sample of the PLANNED models -- selected exactly
-as the fit selects it -- is large enough to fit it (issue 13, Statistics item 3); and a
+as the fit selects it -- is large enough to fit it (the statistics sizes); and a
 spec that is skipped at run time gives Figure 2 with the reason, not a crash."""
 
 from __future__ import annotations

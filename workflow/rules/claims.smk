@@ -1,4 +1,4 @@
-# Stage 11 (issues 17, 45): the paper's claims against this run, each tested as the
+# Stage 11: the paper's claims against this run, each tested as the
 # pre-registered analysis plan config/analysis/claims.yaml says (its sha256 in the table), with the
 # run's interval, a verdict and the minimum detectable effect; and how much the numbers move
 # with the seed (atat.analysis.claims). Reads only the workflow's own outputs (summary, per-image table,

@@ -163,7 +163,7 @@ FILE_KEYS = {"defaults": None, "regressor_sets": None, "grids": None,
              "sensitivity": None}
 #: Keys of an entry of ``sensitivity`` (:func:`sensitivity_specs`).
 SENSITIVITY_KEYS = ("tables", "exclude_defenses", "note")
-#: Keys of the workflow config's ``statistics`` section (declared per config, issue 17): the
+#: Keys of the workflow config's ``statistics`` section (declared per config): the
 #: named estimation samples the specifications refer to and the reference levels of the
 #: dataset/architecture factors (the paper: FaceScrub / ResNet-152).
 STATISTICS_KEYS = ("samples", "reference_levels")
