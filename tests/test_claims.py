@@ -732,3 +732,95 @@ def test_the_summary_carries_each_models_test_set_size(tmp_path):
     row = summary_row({**CELL, "defense": "atat", "defense_type": "atat", "seed": 0,
                        "metrics": tmp_path / "metrics.json"})
     assert row["n_test"] == 1260
+
+
+# ------------------------------------------------------------------------------ regime and seed
+def _regime_rows(files: dict, rows: list[dict]) -> None:
+    pre = pd.read_csv(files["preconditions_csv"])
+    pd.concat([pre, pd.DataFrame(rows)]).to_csv(files["preconditions_csv"], index=False)
+
+
+def _row(experiment, model, check, value, threshold, passed):
+    return {"experiment": experiment, "model": model, "check": check, "value": value,
+            "threshold": threshold, "passed": passed}
+
+
+def test_each_claim_reads_the_regime_of_its_cells_epsilons_and_models(tmp_path, demo):
+    """The preconditions table's regime rows (atat.analysis.preconditions): a failed check
+    puts exactly the claims that read it out of the paper's regime, naming it."""
+    files = _write(tmp_path, HOLDS, demo)
+    cell = "synthfaces/resnet18"
+    rows = [_row("recipe", f"{cell}/nodef/seed0", "nodef_train_acc", 0.95, ">= 0.9", True),
+            _row("evaluation model", "synthfaces", "held_out_acc", 0.93, ">= 0.9", True),
+            _row("attack regime", f"{cell}/nodef/seed0", "ppa_attacc1", 0.62, ">= 0.6", True)]
+    rows += [_row("AutoAttack regime", f"{cell}/nodef/seed0", f"robust_below_clean_eps{e}",
+                  0.1, ">= 2 SE (0.05) and robust acc. > 0", True)
+             for e in ("0.0025", "0.0005")]
+    rows += [_row("AutoAttack regime", f"{cell}/nodef/seed0", "robust_below_clean_eps1e-05",
+                  0.0, ">= 2 SE (0.000) and robust acc. > 0", False),
+             _row("AutoAttack regime", f"{cell}/nodef/seed0", "robust_below_clean_eps0.031",
+                  0.5, "", None)]              # reported only: not a check
+    rows += [_row("determinism", f"{cell}/{d}/seed0", "repeated_clean_predictions_agree",
+                  0.97 if d == "mid" else 1.0, ">= 1", d != "mid") for d in HOLDS]
+    _regime_rows(files, rows)
+    plan = decidable_plan(tmp_path)
+    t = claims_table(demo, **files, plan=plan).set_index("claim")
+    # AutoAttack does not separate robust from clean at 1e-5: every claim whose regressions
+    # read that epsilon is out of the regime, with the check, value and threshold
+    for claim in ("tradeoff_ppa", "tradeoff_ifgmi", "clean_acc_ppa", "tradeoff_gradient",
+                  "cost_robust_acc_eps0.0025"):
+        assert t.loc[claim, "verdict"] == C.NOT_IN_REGIME, claim
+        assert ("FAILED: AutoAttack regime robust_below_clean_eps1e-05 synthfaces/resnet18/"
+                "nodef/seed0: 0 vs >= 2 SE (0.000) and robust acc. > 0") in t.loc[claim, "regime"]
+    # the others read no AutoAttack row; MID's random evaluation is its design, not a failure
+    for claim in ("hsic_tldmi", "permuted_permuted", "causal_atat", "atat_ppa", "dose_response"):
+        assert t.loc[claim, "verdict"] == "supported", (claim, t.loc[claim, "regime"])
+    assert t.loc["atat_ppa", "regime"].startswith("passed: recipe, evaluation_model, "
+                                                  "attack_regime, atat, determinism")
+    md = files["outputs"][1].read_text()
+    head = md.split("\n\n")[1].splitlines()
+    assert head[0].startswith("| claim | recipe | autoattack | evaluation_model | "
+                              "attack_regime | determinism | atat |")
+    # a deterministic baseline whose two clean passes differ fails §6's regime
+    pre = pd.read_csv(files["preconditions_csv"])
+    pre.loc[pre["model"] == f"{cell}/bido/seed0", ["value", "passed"]] = [0.99, False]
+    pre.to_csv(files["preconditions_csv"], index=False)
+    t = claims_table(demo, **files, plan=plan).set_index("claim")
+    assert t.loc["atat_ppa", "verdict"] == C.NOT_IN_REGIME
+    assert "determinism repeated_clean_predictions_agree synthfaces/resnet18/bido/seed0: 0.99" \
+        in t.loc["atat_ppa", "regime"]
+    # the cell's NoDef misses its recipe: every claim of the cell is out of the regime
+    pre.loc[pre["check"] == "nodef_train_acc", ["value", "passed"]] = [0.896, False]
+    pre.to_csv(files["preconditions_csv"], index=False)
+    t = claims_table(demo, **files, plan=plan).set_index("claim")
+    assert set(t["verdict"]) == {C.NOT_IN_REGIME}
+    assert "recipe nodef_train_acc synthfaces/resnet18/nodef/seed0: 0.896 vs >= 0.9" in \
+        t.loc["hsic_tldmi", "regime"]
+
+
+def test_the_seed_spread_of_the_replicates_widens_a_single_seed_comparison(tmp_path, demo):
+    """The causal replicates' test accuracies spread by the seed (SD ~0.05 in each arm, as
+    the 9cf82ad run's AT-AT): §6's accuracy part adds their variance, less its binomial
+    share, to Tango's interval; the run column shows both."""
+    files = _write(tmp_path, HOLDS, demo)
+    s = pd.read_csv(files["summary_csv"])
+    reps = s["treatment"].notna()
+    s.loc[reps, "test_acc"] = 0.7 + 0.05 * np.array([-1.2, -0.6, 0.0, 0.6, 1.2] * 2)
+    s.to_csv(files["summary_csv"], index=False)
+    inp = C.read_inputs(demo, summary_csv=files["summary_csv"],
+                        per_image_csv=files["per_image_csv"],
+                        test_predictions=files["test_predictions"],
+                        plan=C.load_plan(decidable_plan(tmp_path)))
+    spread = inp.seed_spread("test_acc")
+    s2 = np.var(0.05 * np.array([-1.2, -0.6, 0.0, 0.6, 1.2]), ddof=1)
+    assert spread.s2 == pytest.approx(s2) and spread.df == 8
+    acc = 0.7 + 0.05 * np.array([-1.2, -0.6, 0.0, 0.6, 1.2])
+    assert spread.v == pytest.approx(np.mean(acc * (1 - acc) / N_TEST))
+    assert spread.df_seed == pytest.approx(8 * ((s2 - spread.v) / s2) ** 2)
+    (c, *_) = C._atat_vs_baselines(inp)
+    acc = next(p for p in c.parts if p.name == "MID acc.")
+    assert acc.base is not None and acc.est.lo < acc.base.lo and acc.est.hi > acc.base.hi
+    want = C.with_seed(acc.base, 2 * (s2 - spread.v), spread.df_seed, PLAN.alpha)
+    assert (acc.est.lo, acc.est.hi, acc.est.se, acc.est.df) == pytest.approx(
+        (want.lo, want.hi, want.se, want.df), rel=1e-12)
+    assert "sampling alone" in c.run and "test_acc: s2 " in c.seed
