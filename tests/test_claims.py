@@ -824,3 +824,46 @@ def test_the_seed_spread_of_the_replicates_widens_a_single_seed_comparison(tmp_p
     assert (acc.est.lo, acc.est.hi, acc.est.se, acc.est.df) == pytest.approx(
         (want.lo, want.hi, want.se, want.df), rel=1e-12)
     assert "sampling alone" in c.run and "test_acc: s2 " in c.seed
+
+
+def test_the_beta_claims_read_the_plans_bootstrap_on_the_demos_measured_run(tmp_path):
+    """The cost of privacy and the causal tau on the demo's measured summary
+    (tests/data/demo_summary.csv): the Beta fits refitted as the regressions and the causal
+    tables fit them (same estimates), their intervals the plan's parametric bootstrap-t
+    (seeded: the same run, the same interval), wider than the Wald z the paper's tables
+    print."""
+    from atat.analysis.stats.causal import causal_table
+    from atat.analysis.stats.regression import (causal_sample, cost_of_privacy_from_table,
+                                                expand_grids, fit_all)
+
+    config = load_config(PAPER, DEMO)
+    summary = pd.read_csv(ROOT / "tests" / "data" / "demo_summary.csv")
+    regs = yaml.safe_load((ROOT / "config" / "regressions.yaml").read_text())
+    specs = {s["name"]: s for s in expand_grids(regs, statistics=config["statistics"])}
+    tidy = fit_all(summary, [specs["T15_ppa_generic_joint_beta"]])
+    cost = cost_of_privacy_from_table(tidy, "T15_ppa_generic_joint_beta")
+    empty = pd.DataFrame()
+
+    def judged():
+        inp = C.Inputs(config=config, summary=summary, main=empty, per_image=empty, tidy=tidy,
+                       causal=causal_table(summary, sample=causal_sample(config["causal"])),
+                       cost=cost, hsic={}, preconditions=None, dose=None,
+                       dataset="synthfaces", architecture="resnet18", specs=specs)
+        return {c.claim: c for c in C._cost_claims(inp) + C._causal_claim(inp)}
+    first, again = judged(), judged()
+    for term in ("robust_acc_eps0.0025", "robust_acc_eps0.0005", "robust_acc_eps1e-05"):
+        c = first[f"cost_{term}"]
+        (part,) = c.parts
+        row = cost.set_index("term").loc[term]
+        assert part.est.est == pytest.approx(row["beta"], rel=1e-6)
+        wald = (row["beta_ci_high"] - row["beta_ci_low"]) / (2 * 1.959964) * 1.644854
+        assert part.est.hi - part.est.lo > 2 * wald
+        assert (part.est.lo, part.est.hi) == (again[f"cost_{term}"].parts[0].est.lo,
+                                              again[f"cost_{term}"].parts[0].est.hi)
+        assert "parametric bootstrap-t" in c.basis and c.seed.startswith("in the regression")
+    assert first["cost_robust_acc_eps0.0005"].verdict == C.UNDECIDABLE
+    (tau,) = first["causal_atat"].parts
+    row = causal_table(summary, sample=causal_sample(config["causal"]))
+    row = row[(row["model"] == "beta") & (row["response"] == "ppa_attacc1")].iloc[0]
+    assert tau.est.est == pytest.approx(row["tau"], rel=1e-6)
+    assert tau.est.hi - tau.est.lo > 2 * 1.644854 * row["tau_se"]
