@@ -228,19 +228,19 @@ def _job_resources(stdout: str) -> list[tuple[str, dict[str, str], str]]:
 
 @pytest.mark.slow
 def test_paper_dry_run_keeps_cards_under_a_limit_override_and_merges_get_no_gpu(tmp_path):
-    """The paper config on the profile with `--config max_runtime_min=1440` (the override of
-    docs/forecast.md): every inversion shard still asks for its card (the cluster settings are
-    merged key by key), every job that merges shards asks for no GPU, every GPU job asks for a
-    card."""
-    out = _dry("--profile", "slurm", "--config", "max_runtime_min=1440", "--directory",
+    """The paper config on the profile with `--config max_runtime_min=2500` (an override of the
+    cluster file's 2880, as docs/forecast.md does): every inversion shard still asks for its
+    card (the cluster settings are merged key by key), every request stays within the new
+    limit, every job that merges shards asks for no GPU, every GPU job asks for a card."""
+    out = _dry("--profile", "slurm", "--config", "max_runtime_min=2500", "--directory",
                str(tmp_path), "all")
     assert out.returncode == 0, out.stderr[-3000:]
     jobs = _job_resources(out.stdout)
     shards = [r for rule, r, _ in jobs if rule == "invert_shard"]
     merges = [r for rule, r, _ in jobs if rule == "invert"]
     assert len(shards) > 1000 and len(merges) > 100
-    assert all(r["gpu"] == "1" and r.get("gpu_model") and int(r["runtime"]) <= 1440
-               for r in shards)
+    assert all(r["gpu"] == "1" and r.get("gpu_model") for r in shards)
+    assert max(int(r["runtime"]) for _, r, _ in jobs if "runtime" in r) <= 2500
     assert all(r["gpu"] == "0" and "gpu_model" not in r and "constraint" not in r
                for r in merges)
     gpu_jobs = [(rule, r) for rule, r, _ in jobs if r.get("gpu") == "1"]

@@ -705,6 +705,7 @@ onstart:
 # max_runtime_min, and every job that fits no card, is refused in one message. Under
 # `device: cpu` no rule requests a GPU, nor does rule invert when it only merges its shards.
 import functools  # noqa: E402
+import os  # noqa: E402
 import subprocess  # noqa: E402
 
 from snakemake.io import apply_wildcards as _apply_wildcards  # noqa: E402
@@ -832,7 +833,7 @@ def _attempts_log(rule, wildcards):
         log = pattern.format(**dict(wildcards.items()))
     except (KeyError, IndexError, ValueError):
         log = _apply_wildcards(pattern, wildcards)
-    return Path(log[: -len(".log")] + ".attempts.log")
+    return log[: -len(".log")] + ".attempts.log"
 
 
 def _gpu_card(rule, wildcards):
@@ -845,7 +846,7 @@ def _gpu_card(rule, wildcards):
     if need is None:
         return None
     log = _attempts_log(rule, wildcards)
-    ooms = _oom_attempts(log.read_text(errors="replace")) if log.is_file() else 0
+    ooms = _oom_attempts(Path(log).read_text(errors="replace")) if os.path.isfile(log) else 0
     try:
         return _pick_gpu_card(need, CARD_SIZES, ooms)
     except ValueError as exc:
