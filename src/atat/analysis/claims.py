@@ -863,12 +863,9 @@ class Part:
         return verdict(self.test, self.est, self.alpha, self.k)
 
     def text(self) -> str:
-        if self.est is None and not self.test.undecidable:
-            return f"{self.name}: {self.why}" if self.name else self.why
-        head = f"{self.name}: " if self.name else ""
         if self.est is None:
-            return f"{head}{self.why} ({UNDECIDABLE})"
-        return f"{head}{self.short()}"
+            return f"{self.name}: {self.why}" if self.name else self.why
+        return (f"{self.name}: " if self.name else "") + self.short()
 
     def short(self) -> str:
         """The estimate, its interval(s) and the part's verdict, without the name."""
