@@ -91,7 +91,18 @@ def test_training_work_scales_with_epochs_images_and_pgd():
     nodef = jc.train_cost("a", training=dict(epochs=10), defense={"type": "nodef"}, **base)
     atat = jc.train_cost("a", training=dict(epochs=10), defense={"type": "atat", "iterations": 5},
                          **base)
-    assert nodef.passes[0].count == 1000 and atat.passes[0].count == 7000
+    def fb(job, precision):
+        return sum(p.count for p in job.passes if p.kind == "fb" and p.precision == precision)
+
+    assert fb(nodef, "tf32") == 1000 and fb(nodef, "fp32") == 0
+    # AT-AT: 5 PGD steps with TF32 off (atat.base.precision), clean + adversarial loss at TF32
+    assert fb(atat, "fp32") == 5000 and fb(atat, "tf32") == 2000
+    # vanilla AT at its own defaults: 10 steps, no clean pass (weight_clean 0)
+    at = jc.train_cost("a", training=dict(epochs=10), defense={"type": "at"}, **base)
+    assert fb(at, "fp32") == 10000 and fb(at, "tf32") == 1000
+    bf16 = jc.train_cost("a", training=dict(epochs=10, autocast="bf16"),
+                         defense={"type": "atat"}, **base)
+    assert fb(bf16, "bf16") == 2000 and fb(bf16, "fp32") == 5000   # PGD stays float32
     assert jc.split_sizes(600, 1200) == (432, 108, 1260)   # the demo's 432/108/60 + 1,200
 
 
@@ -230,6 +241,21 @@ def test_profile_gives_the_partition_limit():
     # a --config of the run wins key by key (atat.plan.cluster)
     assert read_profile(ROOT / "profiles" / "slurm", {"max_runtime_min": 1440})[
         "max_runtime_min"] == 1440
+    assert prof["cpus_per_gpu"]["train_model"] == 8        # the cores that feed its GPU
+
+
+def test_the_decode_unit_times_one_file_per_image():
+    from atat.lab import forecast as fc
+
+    calls = []
+
+    def fake_timer(fn, repeats):
+        calls.append(fn())
+        return 3.0
+
+    for fmt in ("jpeg", "png"):
+        assert fc.time_decode(16, fmt, n=6, timer=fake_timer) == 0.5
+    assert fc.sample_photo(16).size == (16, 16)
 
 
 def test_stylegan_macs_from_the_architecture_match_the_counts():
@@ -280,7 +306,14 @@ def test_bench_gpu_measurements_replace_the_estimated_rates(tmp_path, paper):
     t = jc.Pass("resnet152", 224, "fb", 1, "tf32")
     assert rates.pass_seconds(g) == pytest.approx(75.3852e9 * 6 / rates.flops["tf32/generator"])
     assert rates.pass_seconds(t) == pytest.approx(11.5116e9 * 6 / rates.flops["tf32"])
-    assert gpu_rates(tmp_path / "absent.csv", paper) == jc.GpuRates()
+    assert gpu_rates(tmp_path / "absent.csv", paper, tmp_path / "no_host.csv") == jc.GpuRates()
+    # the host units calibrate --only host wrote replace the defaults, and the name says so
+    host = tmp_path / "host.csv"
+    host.write_text("key,cpu_s,date,cpu,threads,side_by_side\n"
+                    "jpeg@224/image,0.001,2026-12-06,Some CPU,1,1\n")
+    rates = gpu_rates(tmp_path / "absent.csv", paper, host)
+    assert rates.host["jpeg@224/image"] == 0.001 and "Some CPU, 2026-12-06" in rates.name
+    assert rates.host["augment@224/image"] == jc.HOST_CPU_S["augment@224/image"]
 
 
 def test_ppdg_rounds_search_select_and_tune_as_the_attack_does():
@@ -664,3 +697,67 @@ def test_calibration_records_its_regime_and_companions_stop(tmp_path):
     assert all(p.poll() is not None for p in comp.procs)
     with fc.Companions(0, []) as none:
         assert none.procs == []
+
+
+def test_the_forecast_s_pgd_steps_are_the_defense_s_for_every_variant_of_the_paper_config(paper):
+    """One home for each default (atat.training.defense_defaults): for every defense variant of
+    config/config.yaml, on every cell its per-cell overrides apply to, the forecast's PGD steps
+    and loss passes are what the defense resolves and trains with."""
+    from atat.plan.config import defense_params, model_runs
+    from atat.training.defenses import defense_class
+
+    cells = {(r.dataset, r.architecture, r.defense) for r in model_runs(paper)}
+    seen = set()
+    for ds, arch, name in sorted(cells):
+        variant = defense_params(paper, name, (ds, arch))
+        cls = defense_class(variant["type"])
+        resolved = cls.resolve_params(variant)
+        steps, losses = jc.training_passes(variant)
+        assert steps == resolved.get("iterations", 0), (ds, arch, name)
+        clean = resolved.get("weight_clean", 1.0) > 0 if "iterations" in resolved else False
+        assert losses == 1 + clean, (ds, arch, name)
+        seen.add(variant["type"])
+    assert {"atat", "at", "nodef"} <= seen
+    assert jc.training_passes(paper["defenses"]["at"]) == (10, 1)   # AT's default: 10 steps
+
+
+def test_pgd_is_priced_at_fp32_the_rest_at_tf32(paper):
+    """AT-AT's PGD runs with TF32 off: its steps cost the fp32 rate, its two loss passes the
+    TF32 rate, so the longest job (AT-AT ResNet-152) costs more than all at TF32."""
+    wc = dict(dataset="facescrub", arch="resnet152", defense="atat", seed="0")
+    job = jc.job_cost_for("train_model", wc, paper)
+    rates = jc.GpuRates()
+    all_tf32 = jc.JobCost(job.rule, job.name, tuple(
+        jc.Pass(p.network, p.resolution, p.kind, p.count, "tf32") for p in job.passes),
+        gpu=True, host_workers=job.host_workers)
+    ratio = (rates.seconds(job) - 60) / (rates.seconds(all_tf32) - 60)
+    assert ratio == pytest.approx((5 * 23 / 12 + 2) / 7, rel=0.02)   # 1.65 on the PGD share
+
+
+def test_a_training_job_costs_the_slower_of_the_gpu_and_its_loaders(paper, demo):
+    """The paper's loaders (8 workers, not persistent) decode every JPEG every epoch; a job
+    costs the slower of the GPU's passes and that host work over its workers (at most the
+    cores the profile gives it); the demo keeps its decoded split in memory (no decode term)."""
+    wc = dict(dataset="facescrub", arch="resnet18", defense="nodef", seed="0")
+    job = jc.job_cost_for("train_model", wc, paper)
+    by = {(p.network, p.kind): p.count for p in job.passes}
+    n_train, n_val, n_test, _ = jc.dataset_images(paper, "facescrub")
+    epochs = int(paper["training"]["epochs"])
+    assert job.host_workers == 8 and by[("augment", "image")] == epochs * n_train
+    assert by[("jpeg", "image")] == epochs * n_train + by[("resnet18", "fwd")]
+    rates = jc.GpuRates()
+    gpu = sum(rates.pass_seconds(p) for p in job.passes)
+    host = rates.host_seconds(job)
+    assert host == pytest.approx(by[("jpeg", "image")] * jc.HOST_CPU_S["jpeg@224/image"]
+                                 + by[("augment", "image")] * jc.HOST_CPU_S["augment@224/image"])
+    assert rates.seconds(job) == pytest.approx(60 + max(gpu, host / 8))
+    assert rates.seconds(job, cpus=2) == pytest.approx(60 + max(gpu, host / 2))
+    assert rates.seconds(job, cpus=2) > gpu + 60     # two cores cannot feed the GPU
+    serial = jc.JobCost(job.rule, job.name, job.passes, gpu=True, host_workers=0)
+    assert rates.seconds(serial) == pytest.approx(60 + gpu + host)
+    demo_job = jc.job_cost_for("train_model", {**wc, "dataset": "synthfaces"}, demo)
+    assert not [p for p in demo_job.passes if p.network in ("jpeg", "png")]
+    assert jc.decoded_each_epoch(0, 432, 32) is False and jc.decoded_each_epoch(8, 432, 32)
+    assert jc.decoded_each_epoch(0, 30000, 224)                     # 4.5 GB: not kept
+    # a unit measured at another resolution scales with the pixels
+    assert jc.host_unit_seconds({"jpeg@224/image": 1.0}, "jpeg@448/image") == pytest.approx(4)

@@ -23,7 +23,7 @@ from PIL import Image
 from torch.utils.data import DataLoader, Dataset, Subset
 from torchvision import transforms as T
 
-from atat.data.manifest import DatasetFormatError, read_dataset
+from atat.data.manifest import DEFAULT_CACHE_MAX_BYTES, DatasetFormatError, read_dataset
 
 __all__ = [
     "DEFAULT_AUG",
@@ -41,7 +41,6 @@ DEFAULT_AUG: dict[str, Any] = {
     "color_jitter": True,
     "jitter": {"brightness": 0.2, "contrast": 0.2, "saturation": 0.1, "hue": 0.1},
 }
-DEFAULT_CACHE_MAX_BYTES = 1 << 30  # auto-cache decoded images when they need <= 1 GiB
 
 
 def resolve_aug(aug: Mapping[str, Any] | None) -> dict[str, Any]:

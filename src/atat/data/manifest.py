@@ -52,6 +52,9 @@ PRIVATE_SPLITS = ("train", "val", "test")
 PUBLIC_SPLIT = "public"
 ALL_SPLITS = PRIVATE_SPLITS + (PUBLIC_SPLIT,)
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg")
+#: a split's decoded images are kept in memory when they need at most this many bytes
+#: (atat.data.loading.ManifestDataset; torch-free here for the cost model, atat.plan.job_cost)
+DEFAULT_CACHE_MAX_BYTES = 1 << 30
 REQUIRED_META_KEYS = (
     "format_version",
     "name",

@@ -48,6 +48,7 @@ from torch import Tensor, nn
 from atat.base.io import load_resume, torch_save
 from atat.base.precision import attack_precision
 from atat.base.progress import Progress
+from atat.plan.inversion_defaults import PPDG_INV_STEPS, PPDG_TUNE_STEPS
 from .core import (
     SCORE_COLUMNS,
     Lanes,
@@ -82,9 +83,10 @@ __all__ = [
 ]
 
 MEASURES = ("pointwise", "mmd", "ct")
-#: docs/sources.md#ppdg: steps overridden in code by measure.
-DEFAULT_INV_STEPS = {"pointwise": 300, "mmd": 100, "ct": 150}
-DEFAULT_TUNE_STEPS = {"pointwise": 150, "mmd": 150, "ct": 25}
+#: docs/sources.md#ppdg: steps overridden in code by measure (one copy, torch-free, shared
+#: with the cost model: atat.plan.inversion_defaults)
+DEFAULT_INV_STEPS = PPDG_INV_STEPS
+DEFAULT_TUNE_STEPS = PPDG_TUNE_STEPS
 #: VGG was built for 224 px: projector/MMD/CT features use images area-downsampled to 256.
 FEATURE_RESOLUTION = 256
 #: round_metrics keys (report.INVERSION_METRICS) ← per-image score columns.

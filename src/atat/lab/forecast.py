@@ -45,6 +45,10 @@ from atat.plan.job_cost import (AA_SURVIVAL, GMAC, CpuRates, GpuRates, JobCost, 
 
 ROOT = Path(__file__).resolve().parents[3]
 CPU_CSV = ROOT / "results" / "bench" / "forecast_cpu.csv"
+#: the host units of a GPU job's data loading at the paper's resolutions (calibrate --only host)
+HOST_CSV = ROOT / "results" / "bench" / "forecast_host.csv"
+#: the resolutions the paper config's loaders decode and transform at (datasets, evaluation model)
+HOST_RESOLUTIONS = (224, 299)
 GPU_CSV = ROOT / "results" / "bench" / "bench_gpu.csv"
 
 
@@ -100,7 +104,21 @@ def read_cpu_rates(path: Path = CPU_CSV) -> CpuRates:
                                        f"{rows[0].get('date', '?')})", rule_overhead_s=rule_over)
 
 
-def gpu_rates(path: Path = GPU_CSV, config: Mapping[str, Any] | None = None) -> GpuRates:
+def read_host_rates(path: Path = HOST_CSV) -> tuple[dict[str, float], str] | None:
+    """The host units (CPU seconds per image, one core) ``calibrate --only host`` wrote, and
+    where and when they were timed; None where it has not run."""
+    if not path.is_file():
+        return None
+    with open(path) as fh:
+        rows = list(csv.DictReader(line for line in fh if not line.startswith("#")))
+    if not rows:
+        return None
+    return ({r["key"]: float(r["cpu_s"]) for r in rows},
+            f"{rows[0].get('cpu', '?')}, {rows[0].get('date', '?')}")
+
+
+def gpu_rates(path: Path = GPU_CSV, config: Mapping[str, Any] | None = None,
+              host_path: Path = HOST_CSV) -> GpuRates:
     """A100 estimates, or effective FLOP/s from ``make bench-gpu`` where it ran on a GPU (not
     ``--quick``): ``train/nodef/fp32`` images/s of the paper's ResNet-152 at 224 px (PyTorch's
     default flags) -> the tf32 rate; ``ppa/optimisation`` images x steps/s (the 1024 px
@@ -112,6 +130,10 @@ def gpu_rates(path: Path = GPU_CSV, config: Mapping[str, Any] | None = None) -> 
     from atat.plan.job_cost import autoattack_cost
 
     base = GpuRates()
+    host = read_host_rates(host_path)
+    if host is not None:
+        base = dataclasses.replace(base, host={**base.host, **host[0]},
+                                   name=f"{base.name}; host units timed on {host[1]}")
     if not path.is_file():
         return base
     with open(path) as fh:
@@ -146,7 +168,7 @@ def gpu_rates(path: Path = GPU_CSV, config: Mapping[str, Any] | None = None) -> 
         found.append("AutoAttack")
     if not found:
         return base
-    return GpuRates(flops, base.job_overhead_s,
+    return GpuRates(flops, base.job_overhead_s, host=base.host,
                     name=f"{rows[0]['gpu']} (make bench-gpu {rows[0]['date']}: {', '.join(found)})")
 
 
@@ -220,19 +242,28 @@ def job_costs(jobs: Sequence[tuple[str, Mapping[str, str], int | None]],
 
     drawn, blank = (figure4_panels(jobs, config) if any(r == "figure4" for r, _, _ in jobs)
                     else (0, 0))
-    return [figure_cost(rule, "/".join(map(str, wc.values())), panels=drawn, blank=blank,
-                        dpi=DPI)
-            if rule == "figure4" else job_cost_for(rule, wc, config, gpu_mem_mb=mem)
-            for rule, wc, mem in jobs]
+    out = []
+    for rule, wc, mem in jobs:
+        if rule == "figure4":
+            out.append(figure_cost(rule, "/".join(map(str, wc.values())), panels=drawn,
+                                   blank=blank, dpi=DPI))
+            continue
+        job = job_cost_for(rule, wc, config, gpu_mem_mb=mem)
+        # every GPU rule's planned memory (the DAG's gpu_mem_mb resource) in the table
+        out.append(dataclasses.replace(job, gpu_mem_mb=mem) if mem and job.gpu else job)
+    return out
 
 
 def forecast(jobs: Sequence[tuple[str, Mapping[str, str], int | None]], config: Mapping[str, Any],
              *, gpu: GpuRates | None, cpu: CpuRates | None,
-             run_dir: str | Path | None = None) -> list[RuleRow]:
+             run_dir: str | Path | None = None,
+             cpus: Mapping[str, int] | None = None) -> list[RuleRow]:
     """Per-rule rows. ``gpu`` None: every job on the CPU (the demo); else GPU rules on ``gpu``
     and the others' CPU time from ``cpu`` when given (else only counted). ``run_dir``: a
     finished run whose AutoAttack records give each autoattack job's expected work
-    (:func:`autoattack_records`; ``hours`` stays the upper bound the runtime request uses)."""
+    (:func:`autoattack_records`; ``hours`` stays the upper bound the runtime request uses).
+    ``cpus``: rule -> the cores a GPU job gets (the profile's ``cpus_per_gpu``), the most data
+    loader workers that can feed its GPU (:meth:`atat.plan.job_cost.GpuRates.seconds`)."""
     by_rule: dict[str, list[tuple[JobCost, float]]] = defaultdict(list)
     expected: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
     expected_jobs: dict[str, int] = defaultdict(int)
@@ -241,7 +272,7 @@ def forecast(jobs: Sequence[tuple[str, Mapping[str, str], int | None]], config: 
     def seconds(job: JobCost) -> float:
         if gpu is not None and job.gpu:
             try:
-                return gpu.seconds(job)
+                return gpu.seconds(job, cpus=(cpus or {}).get(job.rule))
             except ValueError:   # no GPU model of its work (train_generator's steps)
                 return float("nan")
         if cpu is None:
@@ -332,7 +363,8 @@ def read_profile(profile: str | Path | None,
     """The ``config:`` entries of a Snakemake profile (``key=value`` strings) and the cluster
     settings the workflow reads with it (atat.plan.cluster.load_cluster_settings:
     ``max_runtime_min``, ``gpu_cards`` as cards, ``gpu_card_resource``; the file the entries or
-    ``config`` name, ``profiles/slurm/cluster.yaml`` by default, their own keys winning)."""
+    ``config`` name, ``profiles/slurm/cluster.yaml`` by default, their own keys winning), and
+    ``cpus_per_gpu``: rule -> the cores the profile's ``set-resources`` give its GPU jobs."""
     from atat.plan.cluster import load_cluster_settings
 
     if not profile:
@@ -344,7 +376,11 @@ def read_profile(profile: str | Path | None,
     for entry in data.get("config") or []:
         key, _, val = str(entry).partition("=")
         out[key.strip()] = int(val) if val.strip().isdigit() else val.strip()
-    return {**out, **load_cluster_settings({**out, **(config or {})}, ROOT)}
+    rules = (data.get("set-resources") or {}).items()
+    cpus = {rule: int(res["cpus_per_gpu"]) for rule, res in rules
+            if isinstance(res, Mapping) and "cpus_per_gpu" in res}
+    return {**out, **load_cluster_settings({**out, **(config or {})}, ROOT),
+            "cpus_per_gpu": cpus}
 
 
 def read_measured(path: str | Path) -> dict[str, tuple[int, float]]:
@@ -481,6 +517,71 @@ def time_augment(resolution: int, augmentation: Mapping[str, Any] | None, n: int
     images = [Image.fromarray(rng.integers(0, 256, (resolution, resolution, 3), dtype=np.uint8))
               for _ in range(n)]
     return (timer or _cpu_time)(lambda: [transform(im) for im in images], repeats) / n
+
+
+def sample_photo(resolution: int) -> Any:
+    """A natural photograph (matplotlib's sample portrait, grace_hopper.jpg), cropped square
+    and resized to ``resolution`` px: the content a face dataset's decoder meets (random
+    pixels would decode slower than any photograph)."""
+    import matplotlib
+    from PIL import Image
+
+    path = Path(matplotlib.get_data_path()) / "sample_data" / "grace_hopper.jpg"
+    with Image.open(path) as im:
+        img = im.convert("RGB")
+    w, h = img.size
+    side = min(w, h)
+    left, top = (w - side) // 2, (h - side) // 2
+    return img.crop((left, top, left + side, top + side)).resize(
+        (int(resolution), int(resolution)), Image.BICUBIC)
+
+
+def time_decode(resolution: int, fmt: str = "jpeg", n: int = 200, repeats: int = 3,
+                timer: Callable[[Callable[[], Any], int], float] | None = None) -> float:
+    """CPU seconds per image of decoding one dataset file at ``resolution`` to RGB as
+    atat.data.loading.ManifestDataset does (open, convert, load): ``fmt`` jpeg (quality 90,
+    the real datasets' archives) or png (the painted populations), of :func:`sample_photo`,
+    from memory (the file system's read is not counted), one thread."""
+    import io
+
+    from PIL import Image
+
+    buf = io.BytesIO()
+    sample_photo(resolution).save(buf, "JPEG" if fmt == "jpeg" else "PNG",
+                                  **({"quality": 90} if fmt == "jpeg" else {}))
+    data = buf.getvalue()
+
+    def decode() -> None:
+        for _ in range(n):
+            with Image.open(io.BytesIO(data)) as im:
+                im.convert("RGB").load()
+
+    return (timer or _cpu_time)(decode, repeats) / n
+
+
+def calibrate_host(augmentation: Mapping[str, Any] | None,
+                   resolutions: Sequence[int] = HOST_RESOLUTIONS, repeats: int = 3
+                   ) -> dict[str, float]:
+    """The host units of a GPU job's data loading (:data:`atat.plan.job_cost.HOST_CPU_S`):
+    decoding a JPEG (``jpeg@<res>/image``) and the training transform of the paper config's
+    ``augmentation`` on a decoded photograph (``augment@<res>/image``), one thread, at each
+    resolution."""
+    import torch
+
+    from atat.data.loading import build_transform
+
+    torch.set_num_threads(1)
+    out = {}
+    for r in resolutions:
+        out[f"jpeg@{r}/image"] = time_decode(r, "jpeg", repeats=repeats)
+        transform = build_transform(int(r), train=True, aug=augmentation)
+        img = sample_photo(r)
+        n = 100
+        out[f"augment@{r}/image"] = _cpu_time(lambda: [transform(img) for _ in range(n)],
+                                              repeats) / n
+        for k in (f"jpeg@{r}/image", f"augment@{r}/image"):
+            print(f"{k:45s} {out[k]:.6g} CPU-s", flush=True)
+    return out
 
 
 def time_knn_pairs(dim: int, n: int = 400, k: int = 3, repeats: int = 3,
@@ -647,6 +748,8 @@ def calibrate_units(config: Mapping[str, Any], needed: set[tuple[str, int, str]]
             units[key] = _cpu_time(gfb if kind == "fb" else gfwd, repeats) / n
         elif network == "read" and kind == "image":
             units[key] = time_image_reads(r, repeats=repeats)
+        elif network in ("jpeg", "png") and kind == "image":
+            units[key] = time_decode(r, network, repeats=repeats)
         elif network == "knn" and kind == "pair":
             units[key] = time_knn_pairs(r, repeats=repeats)
         elif network == "augment" and kind == "image":
@@ -895,8 +998,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--calibration", default=str(CPU_CSV),
                     help="CPU calibration for --device cpu (default: what calibrate wrote)")
     ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--only", choices=("all", "units", "overhead"), default="all",
-                    help="calibrate: the networks' rates, the rules' fixed parts, or both")
+    ap.add_argument("--only", choices=("all", "units", "overhead", "host"), default="all",
+                    help="calibrate: the networks' rates, the rules' fixed parts, both (all), or "
+                         "the paper's data-loading units (host: results/bench/forecast_host.csv"
+                         "; all times them too)")
     ap.add_argument("--rules", help="calibrate: the rules whose fixed part to time "
                                     "(comma-separated; default every rule of the DAG)")
     ap.add_argument("--side-by-side", type=int, default=1, metavar="N",
@@ -906,6 +1011,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = ap.parse_args(argv)
     configs = [ROOT / "config" / "config.yaml"] + [Path(c) for c in (args.configfile or [])]
     if args.command == "calibrate":
+        if args.only in ("all", "host") and not args.companion:
+            from atat.plan.config import load_config
+
+            paper = load_config(ROOT / "config" / "config.yaml")
+            write_units(calibrate_host(paper["augmentation"], repeats=args.repeats), HOST_CSV)
+            print(f"written: {HOST_CSV}")
+            if args.only == "host":
+                return 0
         overlays = args.configfile or [str(ROOT / "config" / "demo.yaml")]
         units: dict[str, float] = {}
         if CPU_CSV.is_file():   # a partial calibration (--only) keeps the other rows
@@ -940,7 +1053,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.run and not (Path(args.run) / "results").is_dir():
         raise SystemExit(f"--run {args.run}: no results/ folder there (the finished run whose "
                          f"AutoAttack records give the expected work)")
-    rows = forecast(jobs, config, gpu=gpu, cpu=cpu, run_dir=args.run)
+    rows = forecast(jobs, config, gpu=gpu, cpu=cpu, run_dir=args.run,
+                    cpus=prof.get("cpus_per_gpu"))
     device = gpu.name if gpu else (cpu.name if cpu else "-")
     print(format_table(rows, max_runtime_min=prof.get("max_runtime_min"), n_gpus=args.gpus,
                        device=device))

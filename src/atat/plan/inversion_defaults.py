@@ -19,6 +19,12 @@ EVAL_TRAINING_DEFAULTS: dict[str, Any] = {
     "checkpoint_every": 1,
 }
 
+#: PPDG's steps per round (docs/sources.md#ppdg: set in the authors' code by the measure) of
+#: projecting the pivots (``inv_steps``) and tuning the generator (``tune_steps``) where the
+#: config gives none: atat.inversion.ppdg runs them, atat.plan.job_cost counts them.
+PPDG_INV_STEPS: dict[str, int] = {"pointwise": 300, "mmd": 100, "ct": 150}
+PPDG_TUNE_STEPS: dict[str, int] = {"pointwise": 150, "mmd": 150, "ct": 25}
+
 #: IF-GMI settings of docs/sources.md#if-gmi for keys the config does not give.
 IFGMI_DEFAULTS: dict[str, Any] = {
     "lr": 0.005,

@@ -71,7 +71,8 @@ class Pass:
     resolution: int
     kind: str            # fwd | fb | step
     count: float
-    precision: str = "fp32"   # fp32 (TF32 off) | tf32 (PyTorch's cuDNN default)
+    #: fp32 (TF32 off) | tf32 (PyTorch's cuDNN default) | bf16 (training.autocast: bf16)
+    precision: str = "fp32"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -83,36 +84,85 @@ class JobCost:
     passes: tuple[Pass, ...]
     gpu: bool
     gpu_mem_mb: int | None = None
+    #: data-loader worker processes doing the host work (kind ``image``) beside the GPU; 0:
+    #: the job's own process does it between the GPU's steps
+    host_workers: int = 0
 
 
 # ---- devices ---------------------------------------------------------------------------------
 
+#: CPU seconds per image of the host work of a GPU job, one core: decoding a dataset image
+#: (``jpeg@<res>``: a natural photograph, 224 / 299 px, JPEG quality 90, to RGB) and the
+#: training transform of a decoded image (``augment@<res>``: the paper config's random resized
+#: crop, flip and colour jitter, atat.data.loading.build_transform). Timed on 2026-12-06 on
+#: this project's host (2 vCPUs of an Intel Xeon, shared: load 4.6-4.8) by ``python -m
+#: atat.lab.forecast calibrate --only host``, the median of three runs (jpeg@224 0.34-0.45 ms,
+#: augment@224 3.75-3.78 ms, jpeg@299 0.43-0.58 ms, augment@299 5.7-6.0 ms); its CSV
+#: (results/bench/forecast_host.csv) replaces them in the forecast. A cluster node's cores
+#: differ, and a source image larger than the network's input decodes slower (its pixels).
+HOST_CPU_S: dict[str, float] = {
+    "jpeg@224/image": 0.000435, "augment@224/image": 0.00375,
+    "jpeg@299/image": 0.000460, "augment@299/image": 0.00591,
+}
+
+
+def host_unit_seconds(per_unit: Mapping[str, float], key: str) -> float:
+    """CPU seconds of host unit ``key`` (``<unit>@<res>/image``): measured, else the same unit
+    measured at the nearest resolution scaled by the pixel count."""
+    if key in per_unit:
+        return per_unit[key]
+    unit, rest = key.split("@", 1)
+    res = int(rest.split("/", 1)[0])
+    known = [(int(k.split("@", 1)[1].split("/", 1)[0]), v) for k, v in per_unit.items()
+             if k.startswith(f"{unit}@") and k.endswith("/image")]
+    if not known:
+        raise KeyError(f"no host rate for {key} (python -m atat.lab.forecast calibrate --only "
+                       f"host measures them)")
+    r0, v = min(known, key=lambda rv: abs(rv[0] - res))
+    return v * (res / r0) ** 2
+
+
 @dataclasses.dataclass(frozen=True)
 class GpuRates:
-    """Effective FLOP/s per precision and a fixed start-up cost per job (docs/forecast.md)."""
+    """Effective FLOP/s per precision, the host's CPU seconds per image of the data loading
+    (:data:`HOST_CPU_S`) and a fixed start-up cost per job (docs/forecast.md)."""
 
     flops: Mapping[str, float] = dataclasses.field(
         default_factory=lambda: {"fp32": 12e12, "tf32": 23e12})
     job_overhead_s: float = 60.0
     name: str = "A100 (estimated)"
+    host: Mapping[str, float] = dataclasses.field(default_factory=lambda: dict(HOST_CPU_S))
 
     def pass_seconds(self, p: Pass) -> float:
-        """Seconds of pass ``p``: its FLOPs over the rate of its precision (``<precision>/
-        generator`` for a StyleGAN2 network where measured). Host work (kind ``image``: the
-        training transform of each image) costs no GPU time: the data loader's workers
-        (``training.num_workers``, 8 in the paper config) run it beside the GPU."""
+        """GPU seconds of pass ``p``: its FLOPs over the rate of its precision (``<precision>/
+        generator`` for a StyleGAN2 network where measured; ``bf16`` without a measured rate at
+        the TF32 rate, an upper bound). Host work (kind ``image``) takes no GPU time: see
+        :meth:`seconds`."""
         if p.kind == "image":
             return 0.0
         if p.kind == "step":
             raise ValueError(f"no GPU figure for optimiser steps of {p.network!r}")
         gmac = network_gmac(p.network, p.resolution)
-        key = p.precision
+        key = p.precision if p.precision in self.flops or p.precision != "bf16" else "tf32"
         if p.network.startswith("stylegan2/") and f"{key}/generator" in self.flops:
             key = f"{key}/generator"
         return p.count * gmac * 1e9 * 2 * (3 if p.kind == "fb" else 1) / self.flops[key]
 
-    def seconds(self, job: JobCost) -> float:
-        return self.job_overhead_s + sum(self.pass_seconds(p) for p in job.passes)
+    def host_seconds(self, job: JobCost) -> float:
+        """CPU seconds of the job's host work (its passes of kind ``image``), one core."""
+        return sum(p.count * host_unit_seconds(self.host, f"{p.network}@{p.resolution}/image")
+                   for p in job.passes if p.kind == "image")
+
+    def seconds(self, job: JobCost, cpus: int | None = None) -> float:
+        """The fixed part plus the slower of the GPU's passes and the host work spread over
+        the job's data-loader workers (at most ``cpus``, the cores the job gets: the
+        profile's ``cpus_per_gpu``); with no workers the host work adds to the GPU time."""
+        gpu = sum(self.pass_seconds(p) for p in job.passes)
+        if not any(p.kind == "image" for p in job.passes):
+            return self.job_overhead_s + gpu
+        host = self.host_seconds(job)
+        workers = min(job.host_workers, cpus) if cpus else job.host_workers
+        return self.job_overhead_s + (max(gpu, host / workers) if workers > 0 else gpu + host)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -177,34 +227,63 @@ def split_sizes(n_images: int, extra_test: int = 0) -> tuple[int, int, int]:
     return n_images - test - val, val, test + int(extra_test)
 
 
-def _pgd_factor(defense: Mapping[str, Any]) -> float:
-    """Forward+backward passes per training image: PGD steps (each one forward+backward to
-    the input) plus the clean (AT-AT) and adversarial losses."""
-    kind = defense.get("type")
-    iters = int(defense.get("iterations", 5) or 0)
-    if kind == "atat":
-        return 2 + iters
-    if kind == "at":
-        return 1 + iters
-    return 1.0
+def training_passes(defense: Mapping[str, Any]) -> tuple[int, int]:
+    """(PGD steps, loss forward+backward passes) per training image of a defense variant, as
+    the defense trains: its values over the type's defaults
+    (atat.training.defense_defaults, the defaults the defense itself declares). PGD steps are
+    one forward+backward to the input each; the losses are the adversarial one and the clean
+    one where ``weight_clean`` > 0 (vanilla AT skips it). Any other type: one loss pass."""
+    from atat.training.defense_defaults import pgd_training_settings
+
+    p = pgd_training_settings(defense)
+    if p is None:
+        return 0, 1
+    return int(p["iterations"]), 1 + (float(p["weight_clean"]) > 0)
+
+
+def training_precision(training: Mapping[str, Any]) -> str:
+    """The precision a training step runs at (atat.base.precision): bf16 under
+    ``training.autocast: bf16``, else PyTorch's default flags (cuDNN convolutions in TF32)."""
+    return "bf16" if training.get("autocast") == "bf16" else "tf32"
+
+
+def decoded_each_epoch(workers: int, n_images: int, resolution: int) -> bool:
+    """Whether a loader decodes its images again every epoch: with worker processes (not
+    persistent, atat.data.loading.make_loader: each epoch's workers start from an empty
+    cache), or when the decoded split exceeds the in-memory cache
+    (atat.data.manifest.DEFAULT_CACHE_MAX_BYTES, estimated at ``resolution``)."""
+    from atat.data.manifest import DEFAULT_CACHE_MAX_BYTES
+
+    return workers > 0 or n_images * int(resolution) ** 2 * 3 > DEFAULT_CACHE_MAX_BYTES
 
 
 def train_cost(name: str, *, architecture: str, resolution: int, n_train: int, n_val: int,
                n_test: int, training: Mapping[str, Any], defense: Mapping[str, Any],
-               precision: str = "tf32", rule: str = "train_model") -> JobCost:
-    """One training job: epochs x training images x (1 + PGD) forward+backward, validation
-    every ``eval_every`` epochs, the training-accuracy and test passes, and each epoch's
-    training transform of every training image (``augment@<resolution>/image``: random crop,
-    flip and colour jitter of a decoded image, host work). ``precision``: PyTorch's default
-    (cuDNN convolutions in TF32), as the authors trained."""
+               precision: str | None = None, rule: str = "train_model",
+               image_format: str | None = None) -> JobCost:
+    """One training job: per epoch and training image the defense's PGD steps (TF32 off,
+    atat.base.precision, as pgd runs them) and its loss passes forward+backward, validation
+    every ``eval_every`` epochs, the training-accuracy and test passes (forward), and the host
+    work of the loader's workers (``training.num_workers``): each epoch's training transform
+    of every training image (``augment@<resolution>/image``) and, where the loader decodes
+    its images again every epoch (:func:`decoded_each_epoch`), the decoding of every image it
+    reads (``<image_format>@<resolution>/image``; ``image_format`` None: not counted). A split
+    kept decoded in memory is decoded once, inside the job's fixed part. ``precision``: of
+    the loss and evaluation passes, default :func:`training_precision`."""
     epochs = int(training["epochs"])
     every = max(1, int(training.get("eval_every", 1) or 1))
-    fb = epochs * n_train * _pgd_factor(defense)
+    workers = int(training.get("num_workers", 0) or 0)
+    precision = precision or training_precision(training)
+    steps, losses = training_passes(defense)
+    per_epoch = epochs * n_train
     fwd = (epochs // every + 1) * n_val + n_train + n_test
-    return JobCost(rule, name, (Pass(architecture, resolution, "fb", fb, precision),
-                                Pass(architecture, resolution, "fwd", fwd, precision),
-                                Pass("augment", resolution, "image", epochs * n_train)),
-                   gpu=True)
+    passes = [Pass(architecture, resolution, "fb", per_epoch * steps, "fp32")] if steps else []
+    passes += [Pass(architecture, resolution, "fb", per_epoch * losses, precision),
+               Pass(architecture, resolution, "fwd", fwd, precision),
+               Pass("augment", resolution, "image", per_epoch)]
+    if image_format and decoded_each_epoch(workers, n_train, resolution):
+        passes.append(Pass(image_format, resolution, "image", per_epoch + fwd))
+    return JobCost(rule, name, tuple(passes), gpu=True, host_workers=workers)
 
 
 #: standard AutoAttack (Croce & Hein 2020, its ``standard`` version): iterations or queries,
@@ -409,9 +488,11 @@ def inversion_cost(name: str, *, attack: str, params: Mapping[str, Any], n_class
         t_fwd += rounds * k * n_cand * int(fs.get("iterations", 0))
     g_fwd += rounds * k * kept   # the kept images rendered for the scorers, every round
     if attack == "ppdg" and rounds > 1:   # between rounds: project the pivots, tune G
-        inv = params.get("inv_steps") or {"pointwise": 300, "mmd": 100, "ct": 150}[
-            params.get("measure", "pointwise")]
-        tune = params.get("tune_steps") or (25 if params.get("measure") == "ct" else 150)
+        from atat.plan.inversion_defaults import PPDG_INV_STEPS, PPDG_TUNE_STEPS
+
+        measure = params.get("measure", "pointwise")
+        inv = params.get("inv_steps") or PPDG_INV_STEPS[measure]
+        tune = params.get("tune_steps") or PPDG_TUNE_STEPS[measure]
         points = int(params.get("num_inv_points", 1))
         between = (rounds - 1) * k * points * (int(inv) + int(tune))
         g_fb += between
@@ -429,25 +510,36 @@ def inversion_cost(name: str, *, attack: str, params: Mapping[str, Any], n_class
     return JobCost("invert", name, tuple(passes), gpu=True, gpu_mem_mb=gpu_mem_mb)
 
 
+def evaluation_recipe(training: Mapping[str, Any] | None, num_workers: int = 0
+                      ) -> dict[str, Any]:
+    """The recipe an evaluation network trains with: the config's ``training`` over the
+    job's defaults (atat.plan.inversion_defaults.EVAL_TRAINING_DEFAULTS, the copy
+    atat.inversion.evaluation fills in), with the target models' loader workers."""
+    from atat.plan.inversion_defaults import EVAL_TRAINING_DEFAULTS
+
+    return {**EVAL_TRAINING_DEFAULTS, **dict(training or {}), "num_workers": int(num_workers)}
+
+
 def evaluation_model_cost(name: str, *, architecture: str, resolution: int, n_train: int,
-                          n_val: int, training: Mapping[str, Any]) -> JobCost:
+                          n_val: int, training: Mapping[str, Any],
+                          image_format: str | None = None) -> JobCost:
     """The evaluation model (Inception-v3) of one dataset: a training job without PGD."""
     job = train_cost(name, architecture=architecture, resolution=resolution, n_train=n_train,
                      n_val=n_val, n_test=0, training=training, defense={},
-                     rule="train_evaluation_model")
+                     rule="train_evaluation_model", image_format=image_format)
     return job
 
 
 def public_classifier_cost(rule: str, name: str, *, architecture: str, resolution: int,
-                           n_images: int, n_heldout: int, training: Mapping[str, Any]
-                           ) -> JobCost:
+                           n_images: int, n_heldout: int, training: Mapping[str, Any],
+                           image_format: str | None = None) -> JobCost:
     """A classifier of a public pool (face embedding, prior-quality instrument): trained on
     the pool less the ``n_heldout`` images it validates on (:func:`public_heldout`); a CPU
     job in the profile."""
     n_val = int(n_heldout)
     job = train_cost(name, architecture=architecture, resolution=resolution,
                      n_train=n_images - n_val, n_val=n_val, n_test=0, training=training,
-                     defense={}, rule=rule)
+                     defense={}, rule=rule, image_format=image_format)
     return dataclasses.replace(job, gpu=False)
 
 
@@ -626,6 +718,13 @@ def pick_gpu_card(need_mb: int, cards: Sequence[tuple[str, int]], oom_failures: 
 REAL_DATASET_IMAGES = {"facescrub": 35000, "celeba": 30038, "stanford_dogs": 20580}
 
 
+def image_format(config: Mapping[str, Any], dataset: str) -> str:
+    """The host unit of decoding one of ``dataset``'s files: ``png`` for a painted population
+    (atat.data.synthfaces writes PNG), ``jpeg`` for the real datasets (their archives' JPEGs,
+    atat.data.builders)."""
+    return "png" if config["datasets"][dataset]["source"] == "synthfaces" else "jpeg"
+
+
 def dataset_images(config: Mapping[str, Any], dataset: str) -> tuple[int, int, int, int]:
     """(train, val, test, public) image counts of ``dataset``."""
     ds = config["datasets"][dataset]
@@ -720,6 +819,7 @@ def _job_cost_for(rule: str, wc: Mapping[str, Any], config: Mapping[str, Any], *
     from atat.plan.config import defense_params, inversion_params, n_classes, training_params
 
     name = "/".join(str(v) for v in wc.values())
+    workers = int(config["training"].get("num_workers", 0) or 0)   # every training loader's
     if rule in ("train_model", "autoattack", "measure_hsic", "invert", "invert_shard"):
         ds, arch, defense = wc["dataset"], wc["arch"], wc["defense"]
         res = int(config["datasets"][ds]["resolution"])
@@ -728,7 +828,8 @@ def _job_cost_for(rule: str, wc: Mapping[str, Any], config: Mapping[str, Any], *
     if rule == "train_model":
         dp = defense_params(config, defense, (ds, arch))
         return train_cost(name, architecture=arch, resolution=res, n_train=n_train, n_val=n_val,
-                          n_test=n_test, training=training, defense=dp)
+                          n_test=n_test, training=training, defense=dp,
+                          image_format=image_format(config, ds))
     if rule == "autoattack":
         aa = config["autoattack"]
         return autoattack_cost(name, architecture=arch, resolution=res,
@@ -770,7 +871,9 @@ def _job_cost_for(rule: str, wc: Mapping[str, Any], config: Mapping[str, Any], *
         n_train, n_val, _, _ = dataset_images(config, ds)
         return evaluation_model_cost(name, architecture=str(ev.get("architecture", "inception_v3")),
                                      resolution=int(ev["resolution"]), n_train=n_train,
-                                     n_val=n_val, training=ev["training"])
+                                     n_val=n_val, training=evaluation_recipe(
+                                         ev.get("training"), workers),
+                                     image_format=image_format(config, ds))
     if rule in ("train_face_embedding", "train_instrument_classifier"):
         ds = wc["dataset"]
         fe = config["face_embedding"]
@@ -781,7 +884,8 @@ def _job_cost_for(rule: str, wc: Mapping[str, Any], config: Mapping[str, Any], *
                                       n_heldout=public_heldout(
                                           int(syn.get("n_public_identities", 0)),
                                           int(syn.get("public_images_per_identity", 0))),
-                                      training=fe.get("training") or {})
+                                      training=evaluation_recipe(fe.get("training"), workers),
+                                      image_format="png")
     if rule == "train_generator":
         t = config["generators"][wc["generator"]]["train"]
         key, res = generator_network(config, wc["generator"])

@@ -12,6 +12,7 @@ from typing import Any, Mapping
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from atat.training.defense_defaults import ATAT_DEFAULTS
 from atat.training.defenses.base import (Defense, DefenseConfigError, Param, StepContext, boolean,
                                 input_perturbation, non_negative, positive_int)
 from atat.training.pgd import pgd, sample_targets
@@ -21,15 +22,17 @@ class AntiAdversarialTraining(Defense):
     type_name = "atat"
     targeted = True
     PARAMS = {
-        "epsilon": Param(0.0005, input_perturbation,
+        "epsilon": Param(ATAT_DEFAULTS["epsilon"], input_perturbation,
                          "L-inf radius in [-1, 1] input units, 0 < epsilon <= 2 (the whole "
                          "input range)"),
-        "step_size": Param(1e-4, input_perturbation,
+        "step_size": Param(ATAT_DEFAULTS["step_size"], input_perturbation,
                            "PGD step in [-1, 1] input units, 0 < step_size <= epsilon"),
-        "iterations": Param(5, positive_int, "PGD steps, integer > 0"),
-        "random_start": Param(True, boolean, "boolean"),
-        "weight_clean": Param(1.0, non_negative, "weight of CE on clean inputs, >= 0"),
-        "weight_adv": Param(0.08, non_negative, "weight of CE on perturbed inputs, >= 0"),
+        "iterations": Param(ATAT_DEFAULTS["iterations"], positive_int, "PGD steps, integer > 0"),
+        "random_start": Param(ATAT_DEFAULTS["random_start"], boolean, "boolean"),
+        "weight_clean": Param(ATAT_DEFAULTS["weight_clean"], non_negative,
+                              "weight of CE on clean inputs, >= 0"),
+        "weight_adv": Param(ATAT_DEFAULTS["weight_adv"], non_negative,
+                            "weight of CE on perturbed inputs, >= 0"),
     }
 
     @classmethod
