@@ -232,10 +232,19 @@ def test_paper_dry_run_keeps_cards_under_a_limit_override_and_merges_get_no_gpu(
     cluster file's 2880, as docs/forecast.md does): every inversion shard still asks for its
     card (the cluster settings are merged key by key), every request stays within the new
     limit, every job that merges shards asks for no GPU, every GPU job asks for a card."""
+    # one training job ran out of GPU memory before: its next request is one card larger
+    oom = tmp_path / "logs/train/facescrub/resnet152/nodef/seed0.attempts.log"
+    oom.parent.mkdir(parents=True)
+    oom.write_text("===== attempt 1 of this job started x =====\ntorch.OutOfMemoryError: CUDA "
+                   "out of memory. Tried to allocate 2.00 GiB\n")
     out = _dry("--profile", "slurm", "--config", "max_runtime_min=2500", "--directory",
                str(tmp_path), "all")
     assert out.returncode == 0, out.stderr[-3000:]
     jobs = _job_resources(out.stdout)
+    train = {wc: r["gpu_model"] for rule, r, wc in jobs if rule == "train_model"
+             and "arch=resnet152, defense=nodef," in wc and "dataset=facescrub" in wc}
+    after_oom = [m for wc, m in train.items() if wc.endswith(" seed=0")]
+    assert after_oom == ["l40s"] and set(train.values()) == {"a100_40g", "l40s"}, train
     shards = [r for rule, r, _ in jobs if rule == "invert_shard"]
     merges = [r for rule, r, _ in jobs if rule == "invert"]
     assert len(shards) > 1000 and len(merges) > 100
