@@ -106,14 +106,6 @@ def test_defense_factors_follow_the_graphs_a_step_keeps():
         assert act > 0 and params > 0
 
 
-def test_default_weight_clean_matches_the_defenses():
-    pytest.importorskip("torch")
-    from atat.training.defenses import REGISTRY
-
-    for name, value in gm.DEFAULT_WEIGHT_CLEAN.items():
-        assert REGISTRY[name].PARAMS["weight_clean"].default == value
-
-
 def test_paper_jobs(paper):
     cell = dict(dataset="facescrub", arch="resnet152", seed=0)
     nodef = gm.job_gpu_mem_mb("train_model", {**cell, "defense": "nodef"}, paper)

@@ -41,6 +41,7 @@ import math
 from typing import Any, Mapping
 
 from atat.plan.inversion_resources import ALLOCATOR_FACTOR, CUDA_CONTEXT_GIB
+from atat.training.defense_defaults import PGD_DEFENSE_DEFAULTS
 from atat.plan.inversion_resources import gpu_memory_mb as _inversion_mb
 
 __all__ = ["AUTOATTACK_STATE_IMAGES", "DEFENSE_FACTORS", "DEFENSE_PROBE", "EMBED_BATCH",
@@ -115,11 +116,9 @@ DEFENSE_FACTORS: dict[str, tuple[float, float]] = {
     "trap_mid": (2.08, 2.00),    # the trigger-injected half batch, the discriminator
     "pixel_mask": (1.03, 1.00),  # the input mask (stage group_lasso counted)
 }
-#: AT and AT-AT without a clean term (weight_clean 0; AT's default) run one forward graph
-#: per step, as NoDef: the per-image factor is 1
+#: AT and AT-AT without a clean term (weight_clean 0; AT's default,
+#: atat.training.defense_defaults) run one forward graph per step: AT's counted factor
 ONE_GRAPH_WHEN_NO_CLEAN_TERM = ("at", "atat")
-#: the default weight_clean of those types (atat.training.defenses.at / .atat)
-DEFAULT_WEIGHT_CLEAN = {"at": 0.0, "atat": 1.0}
 #: peak of Adam's multi-tensor step (torch's default on a GPU) over the parameters' bytes,
 #: counted on ResNet-18 with its moments and gradients in place
 ADAM_STEP_FACTOR = 1.0
@@ -169,7 +168,7 @@ def defense_factors(defense_type: str, params: Mapping[str, Any] | None = None
     params = params or {}
     act, fixed = DEFENSE_FACTORS.get(defense_type, (1.0, 1.0))
     if defense_type in ONE_GRAPH_WHEN_NO_CLEAN_TERM and not float(
-            params.get("weight_clean", DEFAULT_WEIGHT_CLEAN[defense_type])):
+            params.get("weight_clean", PGD_DEFENSE_DEFAULTS[defense_type]["weight_clean"])):
         act = DEFENSE_FACTORS["at"][0]   # AT's default step: the perturbed graph only
     # never below NoDef's: a factor counted on ResNet-18 (TL-DMI's frozen share) need not hold
     # on another network
