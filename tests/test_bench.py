@@ -247,3 +247,23 @@ def test_quick_prior_fir_line_times_both_paths_and_restores_the_switch(tmp_path)
     assert row["component"] == "prior_fir" and row["variant"] == "direct FIR path"
     assert float(row["project_s"]) > 0 and float(row["reference_s"]) > 0
     assert sg.DIRECT_FIR is True
+
+
+@pytest.mark.slow
+def test_the_dry_run_s_reference_plans_the_project_s_jobs_without_the_project(tmp_path):
+    """The dry run's reference workflow (bench.reference_workflow) is the demo's DAG -- the same
+    jobs, counted by a dry run of each -- and holds no project code: no atat import, no params,
+    resources or logs."""
+    from pathlib import Path
+
+    root = Path(bench.ROOT)
+    n = bench.reference_workflow(tmp_path / "ref", [root / "config" / "demo.yaml"])
+    text = (tmp_path / "ref" / "Snakefile").read_text()
+    assert "import atat" not in text and "from atat" not in text
+    assert "params:" not in text and "resources:" not in text and "log:" not in text
+    work = tmp_path / "work"
+    work.mkdir()
+    _, planned = bench._dry_run_cpu(["-s", str(root / "Snakefile"), "--configfile",
+                                     str(root / "config" / "demo.yaml")], work)
+    cpu, reference = bench._dry_run_cpu([], tmp_path / "ref")
+    assert planned == reference == n and cpu > 0

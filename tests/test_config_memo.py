@@ -102,3 +102,28 @@ def test_dag_time_modules_import_neither_torch_nor_statsmodels():
                          env={"PYTHONPATH": str(ROOT / "src")}, cwd=ROOT)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]"
+
+
+def test_what_the_dag_calls_per_job_imports_no_torch():
+    """The functions the rules call per job (a defense variant's parameters with its radii
+    scaled, a job's cost for its runtime request) stay torch-free: on the paper config and on
+    the demo with an epsilon_scale that scales AT-AT's radii from the defense's defaults."""
+    code = (
+        "import sys\n"
+        "from atat.plan.config import load_config, defense_params, model_runs, with_dose_response\n"
+        "from atat.plan.job_cost import job_cost_for\n"
+        "for files, scale in ((['config/config.yaml'], None),\n"
+        "                     (['config/config.yaml', 'config/demo.yaml'], 2.0)):\n"
+        "    cfg = load_config(*files)\n"
+        "    cfg.update(with_dose_response(cfg))\n"
+        "    if scale:\n"
+        "        cfg['epsilon_scale'] = {'factor': scale, 'derivation': 'a test'}\n"
+        "    for r in model_runs(cfg):\n"
+        "        defense_params(cfg, r.defense, (r.dataset, r.architecture))\n"
+        "        wc = dict(dataset=r.dataset, arch=r.architecture, defense=r.defense, seed=r.seed)\n"
+        "        job_cost_for('train_model', wc, cfg)\n"
+        "print('torch' in sys.modules)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         env={"PYTHONPATH": str(ROOT / "src")}, cwd=ROOT)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "False"

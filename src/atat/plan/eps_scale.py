@@ -100,11 +100,12 @@ def scaled_defense_params(config: Mapping[str, Any], params: Mapping[str, Any]
     names = SCALED_DEFENSE_PARAMS.get(str(out.get("type")), ())
     if not names or factor(config) == 1.0:
         return out
-    from atat.training.defenses import defense_class  # torch: only when a radius is scaled
+    # the defenses' own defaults, torch-free: the DAG calls this for every training job
+    from atat.training.defense_defaults import PGD_DEFENSE_DEFAULTS
 
-    defaults = defense_class(out["type"]).PARAMS
+    defaults = PGD_DEFENSE_DEFAULTS[str(out["type"])]
     for name in names:
-        value = out.get(name, defaults[name].default)
+        value = out.get(name, defaults[name])
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             out[name] = scaled_eps(config, value)
     return out
