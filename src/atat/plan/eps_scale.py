@@ -114,7 +114,7 @@ def scaled_defense_params(config: Mapping[str, Any], params: Mapping[str, Any]
 def check(config: Mapping[str, Any]) -> None:
     """Raise :class:`~atat.plan.config.ConfigError` naming ``epsilon_scale.factor`` when the
     factor is meaningless for this config (see the module docstring)."""
-    from atat.plan.config import ConfigError
+    from atat.plan.errors import ConfigError
     from atat.training.defenses import defense_class
 
     block = config.get(KEY)
