@@ -10,6 +10,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import hashlib
+import itertools
 import json
 import math
 from pathlib import Path
@@ -19,14 +20,13 @@ import jsonschema
 import yaml
 
 from atat.plan import eps_scale
+from atat.plan.errors import ConfigError  # re-exported: callers import it from here
 from atat.plan.inversion_defaults import EVAL_TRAINING_DEFAULTS, ifgmi_settings
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
 SCHEMA_PATH = REPO_ROOT / "workflow" / "schemas" / "config.schema.yaml"
 
 
-class ConfigError(ValueError):
-    """The configuration is invalid; the message names the offending key."""
 
 
 # ---- values derived from a config, computed once per config ------------------------------------
@@ -34,9 +34,10 @@ class ConfigError(ValueError):
 # per job and per resource: thousands of times for the paper's DAG. They depend on the config
 # and their arguments only, so each is computed once per config content and arguments.
 
-#: configs whose content token is known: id -> (the config, the objects of its first two
-#: levels, their ids, the token). Holding the objects keeps their ids from being reused.
-_TOKENS: dict[int, tuple[Any, list[Any], tuple[int, ...], str]] = {}
+#: configs whose content token is known: id -> (the config, live views of its first two levels,
+#: the objects they held, their ids, the token). Holding the objects keeps their ids from being
+#: reused.
+_TOKENS: dict[int, tuple[Any, list[Any], list[Any], tuple[int, ...], str]] = {}
 _MEMO: dict[tuple[Hashable, ...], Any] = {}
 #: configs remembered at once; memoised values kept before the memo starts again
 MEMO_CONFIGS = 16
@@ -45,15 +46,9 @@ _T = TypeVar("_T")
 
 
 def _two_levels(config: Mapping[str, Any]) -> list[Any]:
-    """The values of ``config`` and of every mapping or list among them."""
-    top = list(config.values())
-    out = list(top)
-    for v in top:
-        if isinstance(v, Mapping):
-            out.extend(v.values())
-        elif isinstance(v, list):
-            out.extend(v)
-    return out
+    """Live views of the values of ``config`` and of every mapping or list among them."""
+    return [config.values(), *(v.values() if isinstance(v, Mapping) else v
+                               for v in config.values() if isinstance(v, (Mapping, list)))]
 
 
 def config_token(config: Mapping[str, Any]) -> str:
@@ -63,18 +58,20 @@ def config_token(config: Mapping[str, Any]) -> str:
     = ...``, an item appended to ``cfg["seeds"]``) computes the token again; an edit deeper
     down, in place, is not seen -- call :func:`forget` after one. Equal contents give equal
     tokens, so a copy of a config shares its memoised values."""
-    objs = _two_levels(config)
-    ids = tuple(map(id, objs))
     hit = _TOKENS.get(id(config))
-    if hit is not None and hit[0] is config and hit[2] == ids:
-        return hit[3]
+    if hit is not None and hit[0] is config and hit[3] == tuple(
+            map(id, itertools.chain.from_iterable(hit[1]))):
+        return hit[4]
+    views = _two_levels(config)
+    objs = list(itertools.chain.from_iterable(views))
+    ids = tuple(map(id, objs))
     try:
         text = json.dumps(config, sort_keys=True, default=repr)
     except TypeError:   # keys of mixed types: no canonical order, this object alone
         text = f"object {id(config)} {len(_TOKENS)} {len(_MEMO)} {ids}"
     token = hashlib.sha256(text.encode()).hexdigest()
     _TOKENS.pop(id(config), None)
-    _TOKENS[id(config)] = (config, objs, ids, token)
+    _TOKENS[id(config)] = (config, views, objs, ids, token)
     while len(_TOKENS) > MEMO_CONFIGS:
         del _TOKENS[next(iter(_TOKENS))]
     return token
