@@ -34,7 +34,7 @@ from typing import Any, Mapping, Sequence
 
 import pandas as pd
 
-#: the pre-registered candidates (docs/decisions.md#the-recipe-rule-pre-registered-2026-12-06-before-any-defense-was-trained-on-it)
+#: the pre-registered candidates (docs/decisions.md#the-recipe-rule)
 PRETRAIN_EPOCHS = (4, 8)
 LEARNING_RATES = (1e-3, 3e-4, 1e-4)
 FINETUNE_EPOCHS = (10,)
