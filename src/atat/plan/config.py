@@ -27,8 +27,6 @@ REPO_ROOT = Path(__file__).resolve().parents[3]
 SCHEMA_PATH = REPO_ROOT / "workflow" / "schemas" / "config.schema.yaml"
 
 
-
-
 # ---- values derived from a config, computed once per config ------------------------------------
 # Snakemake asks for the same derived values (an inversion job's settings, a job's cost) once
 # per job and per resource: thousands of times for the paper's DAG. They depend on the config
