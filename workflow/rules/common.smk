@@ -75,9 +75,9 @@ def cache_function_signatures():
         bound = Resource("_", 1).evaluate  # the signature Snakemake reads: of the bound method
         overwrite_function_params(evaluate, inspect.signature(bound).parameters)
     seen = 1
-    for rule in workflow.rules:
-        items = [*rule.input, *rule.params, *(rule.log or [])]
-        items += [getattr(v, "_evaluator", None) for v in (rule.resources or {}).values()]
+    for each in workflow.rules:
+        items = [*each.input, *each.params, *(each.log or [])]
+        items += [getattr(v, "_evaluator", None) for v in (each.resources or {}).values()]
         for item in items:
             file = getattr(item, "_file", None)
             for f in (item, getattr(item, "callable", None), getattr(file, "callable", None)):
