@@ -101,7 +101,7 @@ rule real_embeddings:
         "results/inversion/{dataset}/real_embeddings.pt",
     params:
         faces=lambda wc: bool(config["datasets"][wc.dataset].get("faces", False)),
-        face=lambda wc: config["face_embedding"],
+        face=config.get("face_embedding"),
     log:
         "logs/inversion/real_embeddings_{dataset}.log",
     benchmark:
@@ -139,8 +139,8 @@ rule invert:
         latents=f"{INV_DIR}/final_w.pt",
     params:
         attack=lambda wc: inversion_params(config, wc.dataset, wc.arch, wc.defense, wc.attack),
-        evaluation=lambda wc: config["evaluation_model"],
-        face=lambda wc: config["face_embedding"],
+        evaluation=config.get("evaluation_model"),
+        face=config.get("face_embedding"),
         faces=lambda wc: bool(config["datasets"][wc.dataset].get("faces", False)),
         resume="results/.resume/inversion/{dataset}/{arch}/{defense}/seed{seed}/{attack}",
         ids=lambda wc: dict(
@@ -191,8 +191,8 @@ rule invert_shard:
         stop=r"\d+",
     params:
         attack=lambda wc: inversion_params(config, wc.dataset, wc.arch, wc.defense, wc.attack),
-        evaluation=lambda wc: config["evaluation_model"],
-        face=lambda wc: config["face_embedding"],
+        evaluation=config.get("evaluation_model"),
+        face=config.get("face_embedding"),
         faces=lambda wc: bool(config["datasets"][wc.dataset].get("faces", False)),
         resume="results/.resume/inversion/{dataset}/{arch}/{defense}/seed{seed}/{attack}/classes{start}-{stop}",
         ids=lambda wc: dict(
