@@ -35,5 +35,7 @@ rule all:
     default_target: True
 
 
-# every input/params/resource function's signature read once, not per job (common.smk)
+# every input/params/resource function's signature read once, not per job, and each rule's
+# script read once for its jobs' check (common.smk)
 cache_function_signatures()
+cache_script_sources()
