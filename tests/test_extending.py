@@ -190,7 +190,7 @@ def test_the_one_defense_overlay_plans_one_defense_beside_its_baselines():
 
     overlay = yaml.safe_load(ONE_DEFENSE.read_text())
     [cell] = overlay["grid"]
-    assert cell["defenses"][-1] == "at"        # the defense under test, as the header says
+    assert cell["defenses"][-1] == "tldmi5"    # the defense under test, as the header says
     assert {"nodef", "atat", *BASELINE_TYPES} == set(cell["defenses"][:-1])
     dag = tc.build_dag([ROOT / "config" / "config.yaml", ONE_DEFENSE])
     by_rule = Counter(rule for rule, _ in dag.deps)
@@ -283,7 +283,7 @@ def test_the_pages_steps_end_to_end(tmp_path):
     assert (model / "model.pt").is_file()
     # the paper overlay with the new variant as its last name (the page's "copy, replace")
     mine = tmp_path / "my-defense.yaml"
-    mine.write_text(ONE_DEFENSE.read_text().replace(", atat, at]", f", atat, {name}]"))
+    mine.write_text(ONE_DEFENSE.read_text().replace(", atat, tldmi5]", f", atat, {name}]"))
     dry = subprocess.run(
         [sys.executable, "-m", "snakemake", "-n", "-s", str(repo / "Snakefile"), "--directory",
          str(tmp_path / "dry"), "--configfile", str(mine), "--quiet", "rules", "--", "all"],
