@@ -288,6 +288,48 @@ def test_paper_dry_run_on_40gb_cards_is_one_message(tmp_path):
     assert len(text.splitlines()) < 200
 
 
+@pytest.mark.slow
+def test_every_paper_gpu_job_asks_for_what_the_plan_checked(tmp_path):
+    """The paper DAG built through Snakemake's API: each GPU job's runtime, GPU memory and card,
+    as Snakemake evaluates them per job (common.smk's resource functions, attempt 1), equal the
+    one-pass plan the workflow checks before any job (planned_gpu_requests/planned_gpu_memory
+    over planned_gpu_jobs), job by job, and the plan lists exactly the DAG's GPU jobs."""
+    from snakemake.api import SnakemakeApi
+    from snakemake.settings.types import (ConfigSettings, DAGSettings, OutputSettings,
+                                          ResourceSettings)
+
+    with SnakemakeApi(OutputSettings(quiet=None)) as api:
+        wf_api = api.workflow(resource_settings=ResourceSettings(cores=1),
+                              config_settings=ConfigSettings(),
+                              snakefile=ROOT / "Snakefile", workdir=tmp_path)
+        wf_api.dag(DAGSettings(targets={"all"}))
+        wf = wf_api._workflow
+        wf._prepare_dag(forceall=False, ignore_incomplete=True, lock_warn_only=True, nolock=True)
+        wf._build_dag()
+        g = wf.globals
+        jobs = g["planned_gpu_jobs"]()
+        key = [(rule, tuple((k, str(v)) for k, v in wc.items())) for rule, wc in jobs]
+        minutes = {k: m for k, (_, _, m, _) in zip(key, g["planned_gpu_requests"]())}
+        memory = {(rule, name): mb for rule, name, mb, *_ in g["planned_gpu_memory"]()}
+        cards, resource = g["CARD_SIZES"], g["GPU_CARD_RESOURCE"]
+        seen, by_rule = set(), Counter()
+        for job in wf.dag.jobs:
+            res = job.resources
+            if res.get("gpu", 0) != 1:
+                continue
+            k = (job.rule.name, tuple((n, str(v)) for n, v in job.wildcards.items()))
+            name = "/".join(v for _, v in k[1])
+            assert k in minutes, k
+            assert res["runtime"] == minutes[k], (k, res["runtime"], minutes[k])
+            assert res["gpu_mem_mb"] == memory[(k[0], name)], k
+            want = g["_pick_gpu_card"](memory[(k[0], name)], cards, 0)
+            assert res[resource] == want, (k, res[resource], want)
+            seen.add(k)
+            by_rule[k[0]] += 1
+    assert seen == set(minutes), sorted(set(minutes) - seen)[:5]
+    assert by_rule["invert_shard"] > 1000 and by_rule["train_model"] > 50, by_rule
+
+
 def test_retry_asks_for_more_time(tmp_path):
     """Attempt 2 of a job requests its first runtime x 1.5 (rounded up to 10 minutes)."""
     target = "results/models/synthfaces/resnet18/nodef/seed0/model.pt"

@@ -901,9 +901,10 @@ def planned_gpu_jobs():
     """(rule, wildcards) of every GPU job of the config: its models' training, AutoAttack,
     HSIC and inversion (per shard), the evaluation models, the real-image embeddings."""
     out = []
+    # the HSIC tables' models and every HSIC file `all` asks for itself (the grid's)
     hsic = {
         hsic_file(r) for t in table_rules(PLAN, "hsic_table") for r in hsic_table_runs(PLAN, t)[0]
-    }
+    } | {t for t in all_targets() if t.startswith("results/hsic/")}
     for r in RUNS:
         cell = dict(dataset=r.dataset, arch=r.architecture, defense=r.defense, seed=r.seed)
         out.append(("train_model", cell))
