@@ -94,15 +94,16 @@ def cache_script_sources():
     paper's DAG, ~0.6 CPU-s of its dry run). A script path without wildcards names the same
     file for every job of its rule, and Snakemake keeps the first copy it read for the whole
     run anyway (its runtime source cache), so the answer for such a path is read once here
-    and reused; a path with "{...}" still goes to Snakemake per job. The Snakefile calls
-    this after its last rule."""
+    and reused; a path with "{...}", and every read through another source cache (a job
+    running its script), still goes to Snakemake. The Snakefile calls this after its last
+    rule."""
     get_source = _sm_script.get_source
     if getattr(get_source, "_atat_once", False):
         return
     answers = {}
 
     def get_source_once(path, sourcecache, basedir=None, wildcards=None, params=None):
-        if not isinstance(path, str) or "{" in path:
+        if not isinstance(path, str) or "{" in path or sourcecache is not workflow.sourcecache:
             return get_source(path, sourcecache, basedir, wildcards, params)
         key = (path, str(basedir))
         if key not in answers:
