@@ -18,22 +18,28 @@ from atat.training.defenses.base import (Defense, DefenseConfigError, Param, Ste
 from atat.training.pgd import pgd, sample_targets
 
 
+def pgd_training_params(defaults: Mapping[str, Any]) -> dict[str, Param]:
+    """The parameters of a PGD-training defense (AT-AT, vanilla AT) with ``defaults``, the
+    defense's entry of :mod:`atat.training.defense_defaults` (their one home)."""
+    return {
+        "epsilon": Param(defaults["epsilon"], input_perturbation,
+                         "L-inf radius in [-1, 1] input units, 0 < epsilon <= 2 (the whole "
+                         "input range)"),
+        "step_size": Param(defaults["step_size"], input_perturbation,
+                           "PGD step in [-1, 1] input units, 0 < step_size <= epsilon"),
+        "iterations": Param(defaults["iterations"], positive_int, "PGD steps, integer > 0"),
+        "random_start": Param(defaults["random_start"], boolean, "boolean"),
+        "weight_clean": Param(defaults["weight_clean"], non_negative,
+                              "weight of CE on clean inputs, >= 0"),
+        "weight_adv": Param(defaults["weight_adv"], non_negative,
+                            "weight of CE on perturbed inputs, >= 0"),
+    }
+
+
 class AntiAdversarialTraining(Defense):
     type_name = "atat"
     targeted = True
-    PARAMS = {
-        "epsilon": Param(ATAT_DEFAULTS["epsilon"], input_perturbation,
-                         "L-inf radius in [-1, 1] input units, 0 < epsilon <= 2 (the whole "
-                         "input range)"),
-        "step_size": Param(ATAT_DEFAULTS["step_size"], input_perturbation,
-                           "PGD step in [-1, 1] input units, 0 < step_size <= epsilon"),
-        "iterations": Param(ATAT_DEFAULTS["iterations"], positive_int, "PGD steps, integer > 0"),
-        "random_start": Param(ATAT_DEFAULTS["random_start"], boolean, "boolean"),
-        "weight_clean": Param(ATAT_DEFAULTS["weight_clean"], non_negative,
-                              "weight of CE on clean inputs, >= 0"),
-        "weight_adv": Param(ATAT_DEFAULTS["weight_adv"], non_negative,
-                            "weight of CE on perturbed inputs, >= 0"),
-    }
+    PARAMS = pgd_training_params(ATAT_DEFAULTS)
 
     @classmethod
     def resolve_params(cls, params: Mapping[str, Any], where: str = "defense") -> dict[str, Any]:
