@@ -17,6 +17,10 @@ from atat.plan.config import load_config
 ROOT = Path(__file__).resolve().parents[1]
 PAPER = ROOT / "config" / "config.yaml"
 DEMO = ROOT / "config" / "demo.yaml"
+#: what the measured runs of e82dbb4 and 9cf82ad planned, over today's demo (from scratch,
+#: ResNet-10 at 10 epochs, AutoAttack on 64 examples)
+BEFORE_PRETRAINING = ROOT / "tests" / "data" / "demo_before_pretraining.yaml"
+CALIBRATION = ROOT / "tests" / "data" / "forecast_cpu_2026-12-06-sbs.csv"
 SNAKEMAKE = Path(sys.executable).with_name("snakemake")
 
 
@@ -218,7 +222,9 @@ def test_forecast_table_and_comparison(demo):
     by = {r.rule: r for r in rows}
     assert by["train_model"].jobs == 2 and by["table4"].hours * 3600 == pytest.approx(5.0)
     n = 432 * 10   # the demo's 10 epochs of 432 images
-    fwd = (11 * 108 + 432 + 1260) * 0.003   # validation every epoch, training and test passes
+    # validation every epoch, the training pass, the test pass and test_predictions.csv's
+    # second clean pass over the test split
+    fwd = (11 * 108 + 432 + 2 * 1260) * 0.003
     aug = n * 0.001   # each epoch's training transform of each image, once per image
     expect = (5 + n * 0.01 + fwd + aug) + (5 + 7 * n * 0.01 + fwd + aug)  # AT-AT: clean+adv+5 PGD
     assert by["train_model"].longest_job == "synthfaces/resnet18/atat/0"
@@ -343,11 +349,13 @@ def test_demo_cpu_forecast_against_the_measured_run():
     >= 10 measured CPU-s is within ±30% except AutoAttack, whose expected work needs the
     run's records (0.99 with ``--run``, docs/forecast.md) and here is its upper bound. That run had
     the dog breeds, an opt-in overlay since 2026-12-06, and the first design's inversion
-    budgets: the DAG is the demo's with that overlay and tests/data/demo_first_design.yaml."""
+    budgets: the DAG is the demo's with that overlay and tests/data/demo_first_design.yaml;
+    and it trained from scratch: tests/data/demo_before_pretraining.yaml."""
     from atat.lab import forecast as fc
 
     jobs, config = fc.dag_jobs([DEMO, ROOT / "config" / "overlays" / "demo-dogs.yaml",
-                                ROOT / "tests" / "data" / "demo_first_design.yaml"])
+                                ROOT / "tests" / "data" / "demo_first_design.yaml",
+                                BEFORE_PRETRAINING])
     cpu = fc.read_cpu_rates(ROOT / "tests" / "data" / "forecast_cpu_2026-12-06-sbs.csv")
     rows = fc.forecast(jobs, config, gpu=None, cpu=cpu)
     cmp = {c["rule"]: c for c in fc.compare(
@@ -364,10 +372,12 @@ def test_demo_cpu_forecast_against_the_measured_run():
 def test_demo_cpu_forecast_against_the_second_design_s_run():
     """The committed calibration and model (fixed before that run finished) against the run
     from empty of 9cf82ad, the demo as configured: job counts agree, every rule with >= 10
-    measured CPU-s but AutoAttack within ±30% (docs/forecast.md)."""
+    measured CPU-s but AutoAttack within ±30% (docs/forecast.md). The demo has changed since
+    (pretraining, ResNet-10's 15 epochs, AutoAttack on 256 examples): the DAG is the demo's
+    with tests/data/demo_before_pretraining.yaml, what that run planned."""
     from atat.lab import forecast as fc
 
-    jobs, config = fc.dag_jobs([DEMO])
+    jobs, config = fc.dag_jobs([DEMO, BEFORE_PRETRAINING])
     cpu = fc.read_cpu_rates(ROOT / "tests" / "data" / "forecast_cpu_2026-12-06-sbs.csv")
     cmp = {c["rule"]: c for c in fc.compare(
         fc.forecast(jobs, config, gpu=None, cpu=cpu),
@@ -761,3 +771,99 @@ def test_a_training_job_costs_the_slower_of_the_gpu_and_its_loaders(paper, demo)
     assert jc.decoded_each_epoch(0, 30000, 224)                     # 4.5 GB: not kept
     # a unit measured at another resolution scales with the pixels
     assert jc.host_unit_seconds({"jpeg@224/image": 1.0}, "jpeg@448/image") == pytest.approx(4)
+
+
+# ---- the pretraining, the test split's second pass, AutoAttack's sample ---------------------
+
+#: measured 2026-12-06 by python -m atat.lab.recipe (docs/decisions.md#pretraining): CPU-s of
+#: rendering the pretraining population and of each backbone's pretraining, one thread, on the
+#: Intel host under load 3-9 (Inception-v3: ~200 CPU-s per epoch at batch 128, 3 epochs)
+PRETRAINING_MEASURED = {"population": 32.0, ("resnet18", 32): 305.7, ("resnet10", 32): 188.5,
+                       ("densenet47", 32): 180.1, ("inception_v3", 80): 600.0}
+
+
+def test_the_pretraining_is_priced_per_image_and_epoch_within_30_percent_of_its_measurement(demo):
+    """Every backbone the demo pretrains (atat.plan.config.pretraining_backbones, the workflow's
+    own list) priced from the committed calibration: each epoch's full training batches
+    forward+backward and transformed, the held-out images forward, at the recipe's batch of
+    128; the population painted image by image. Within ±30% of the measured CPU-s (timed
+    under load on another host: the forecast runs low)."""
+    from atat.lab import forecast as fc
+    from atat.plan.config import pretraining_backbones
+    from atat.training.pretrain import PRETRAINING_DEFAULTS
+
+    assert jc.PRETRAIN_EVAL_EVERY == PRETRAINING_DEFAULTS["eval_every"]
+    cpu = fc.read_cpu_rates(CALIBRATION)
+    backbones = pretraining_backbones(demo)
+    assert set(backbones) == set(PRETRAINING_MEASURED) - {"population"}
+    pop = jc.job_cost_for("pretraining_population", {}, demo)
+    assert pop.rule == "pretraining_population" and not pop.gpu
+    assert pop.passes == (jc.Pass("synthfaces", 32, "step", 500 * 22),)
+    priced = {"population": cpu.seconds(pop)}
+    for (arch, res), entry in backbones.items():
+        job = jc.job_cost_for("pretrain_backbone", {"backbone": arch, "res": str(res)}, demo)
+        epochs = entry["training"]["epochs"]
+        by = {(p.network, p.kind): p.count for p in job.passes}
+        seen = epochs * (10000 // 128 * 128)     # the loader drops the last partial batch
+        assert by == {(f"{arch}/b128", "fb"): seen, (f"{arch}/b128", "fwd"): epochs * 1000,
+                      ("augment", "image"): seen}
+        assert job.rule == "pretrain_backbone" and job.gpu
+        assert cpu.unit_key(job.passes[0]) == f"{arch}/b128@{res}/fb"   # timed at 128
+        priced[(arch, res)] = cpu.seconds(job)
+    for key, measured in PRETRAINING_MEASURED.items():
+        assert abs(priced[key] / measured - 1) <= 0.30, (key, priced[key], measured)
+    # a calibration without the batch's unit prices the network at its own batch
+    bare = jc.CpuRates({"resnet18@32/fb": 0.003}, job_overhead_s=0.0)
+    assert bare.unit_key(jc.Pass("resnet18/b128", 32, "fb", 1)) == "resnet18@32/fb"
+    assert bare.pass_seconds(jc.Pass("resnet18/b128", 32, "fb", 10)) == pytest.approx(0.03)
+    assert jc.network_gmac("resnet18/b128", 224) == jc.GMAC["resnet18"][0]
+
+
+def test_a_target_model_classifies_its_test_split_twice(demo, paper):
+    """The metrics' test pass and test_predictions.csv's second clean pass; with
+    val_drop_last (MID, BiDO) the metrics' pass drops the last partial batch and the
+    predictions' first pass covers the whole split again."""
+    assert jc.test_passes(1260, {"eval_batch_size": 12}) == 2 * 1260
+    assert jc.test_passes(1260, {"eval_batch_size": 64, "val_drop_last": True}) == (
+        1216 + 2 * 1260)
+    assert jc.test_passes(0, {"val_drop_last": True}) == 0
+    wc = dict(dataset="synthfaces", arch="resnet18", defense="nodef", seed="0")
+    fwd = {p.kind: p.count for p in jc.job_cost_for("train_model", wc, demo).passes
+           if p.network == "resnet18"}["fwd"]
+    assert fwd == 11 * 108 + 432 + 2 * 1260
+
+
+def test_autoattack_is_priced_on_its_n_examples(demo):
+    """The demo's AutoAttack sample (autoattack.n_examples: 256 of the test split's 1,260
+    images) sets its work: four times the 64 examples' upper bound but the per-epsilon
+    checks on one batch."""
+    wc = dict(dataset="synthfaces", arch="resnet18", defense="nodef", seed="0")
+    n_eps = len(demo["autoattack"]["epsilons"])
+    job = jc.job_cost_for("autoattack", wc, demo)
+    assert demo["autoattack"]["n_examples"] == 256
+    fb, fwd = jc.autoattack_work(demo["autoattack"], n_classes=20)
+    assert [p.count for p in job.passes] == [n_eps * fb, n_eps * fwd]
+    small = {**demo["autoattack"], "n_examples": 64}
+    fb64, fwd64 = jc.autoattack_work(small, n_classes=20)
+    assert fb == 4 * fb64 and fwd - 1 - 7 * 64 == 4 * (fwd64 - 1 - 7 * 64)
+
+
+@pytest.mark.slow
+def test_the_demo_dag_plans_the_pretraining_jobs():
+    """The demo's DAG from empty has the population and one pretraining job per backbone, and
+    the CPU forecast prices every job (no unit missing from the committed calibration)."""
+    from atat.lab import forecast as fc
+
+    jobs, config = fc.dag_jobs([DEMO])
+    planned = sorted((r, tuple(sorted(wc.items()))) for r, wc, _ in jobs
+                     if r.startswith("pretrain"))
+    assert planned == [("pretrain_backbone", (("backbone", arch), ("res", str(res))))
+                       for arch, res in sorted(k for k in PRETRAINING_MEASURED
+                                               if k != "population")] + [
+        ("pretraining_population", ())]
+    rows = {r.rule: r for r in fc.forecast(jobs, config, gpu=None,
+                                           cpu=fc.read_cpu_rates(CALIBRATION))}
+    assert not any(r.uncalibrated for r in rows.values()), rows
+    measured = sum(PRETRAINING_MEASURED.values())
+    priced = (rows["pretrain_backbone"].hours + rows["pretraining_population"].hours) * 3600
+    assert abs(priced / measured - 1) <= 0.30, (priced, measured)

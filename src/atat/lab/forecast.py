@@ -277,7 +277,7 @@ def forecast(jobs: Sequence[tuple[str, Mapping[str, str], int | None]], config: 
                 return float("nan")
         if cpu is None:
             return float("nan")
-        missing = {f"{p.network}@{p.resolution}/{p.kind}" for p in job.passes} - set(cpu.per_unit)
+        missing = {cpu.unit_key(p) for p in job.passes} - set(cpu.per_unit)
         if missing:   # a calibration older than the unit: not estimated, named in the table
             uncalibrated[job.rule].update(missing)
             return float("nan")
@@ -715,7 +715,13 @@ def calibrate_units(config: Mapping[str, Any], needed: set[tuple[str, int, str]]
 
     for network, r, kind in sorted(needed):
         key = f"{network}@{r}/{kind}"
-        if network.startswith("synth"):
+        base, sep, at = network.rpartition("/b")
+        if sep and at.isdigit() and "/" not in base:   # a network at a batch of its own
+            net = (torchvision.models.inception_v3(weights=None, aux_logits=False,
+                                                   init_weights=False, num_classes=20)
+                   if base == "inception_v3" else build_model(base, 20))
+            units[key] = timed_net(net, r, int(at), kind)
+        elif network.startswith("synth"):
             make, render = sf._domain_functions(network[len("synth"):])
             idents = make(4, "private", seed=0)
             units[key] = _cpu_time(lambda: [render(idents[i % 4], i, seed=0, resolution=r)

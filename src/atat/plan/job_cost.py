@@ -34,14 +34,14 @@ __all__ = ["Pass", "JobCost", "GpuRates", "CpuRates", "GMAC", "stylegan_key",
            "autoattack_epsilons", "hsic_cost", "inversion_cost",
            "evaluation_model_cost", "public_classifier_cost", "generator_cost",
            "real_embeddings_cost", "prior_quality_cost", "knn_pairs", "public_heldout",
-           "FEATURE_DIM", "synthfaces_cost", "fixed_cost",
+           "FEATURE_DIM", "synthfaces_cost", "pretrain_cost", "fixed_cost",
            "split_sizes", "inversion_class_count", "class_shards", "runtime_request_min",
            "parse_gpu_cards", "pick_gpu_card", "RuntimeLimitError", "check_runtime_limit",
            "GPU_RULES"]
 
 #: rules whose jobs run on a GPU under the SLURM profile (the rules declaring ``gpu=1``)
 GPU_RULES = ("train_model", "autoattack", "measure_hsic", "invert", "invert_shard",
-             "train_evaluation_model",
+             "train_evaluation_model", "pretrain_backbone",
              "real_embeddings", "train_generator")
 
 #: forward multiply-accumulates per image (GMAC) at the given resolution, counted with
@@ -176,8 +176,19 @@ class CpuRates:
     #: a rule's own fixed part where measured (its script's imports), else job_overhead_s
     rule_overhead_s: Mapping[str, float] = dataclasses.field(default_factory=dict)
 
-    def pass_seconds(self, p: Pass) -> float:
+    def unit_key(self, p: Pass) -> str:
+        """The calibrated unit of pass ``p``: ``network@res/kind``; for a network at a batch of
+        its own (``<network>/b<batch>``, :func:`pretrain_cost`) without a unit timed at that
+        batch, the network's unit at the calibration's batch (per image an upper bound where
+        the job's batch is larger: a CPU's per-image cost falls with the batch)."""
         key = f"{p.network}@{p.resolution}/{p.kind}"
+        base, sep, batch = p.network.rpartition("/b")
+        if key not in self.per_unit and sep and batch.isdigit() and "/" not in base:
+            return f"{base}@{p.resolution}/{p.kind}"
+        return key
+
+    def pass_seconds(self, p: Pass) -> float:
+        key = self.unit_key(p)
         if key not in self.per_unit:
             raise KeyError(f"no CPU calibration for {key} (python -m atat.lab.forecast "
                            f"calibrate measures the demo's networks)")
@@ -211,6 +222,9 @@ def network_gmac(network: str, resolution: int) -> float:
         _, cb, cm_res = key.split("/")[:3]
         cm, res = cm_res.split("@")
         return stylegan_synthesis_gmac(int(res.split("/")[0]), int(cb), int(cm))
+    base, sep, batch = network.rpartition("/b")
+    if sep and batch.isdigit() and base in GMAC:   # a batch of its own (pretrain_cost)
+        network = base
     if network not in GMAC:
         raise ValueError(f"no MAC count for network {network!r} (known: {', '.join(GMAC)})")
     g, r0 = GMAC[network]
@@ -257,13 +271,28 @@ def decoded_each_epoch(workers: int, n_images: int, resolution: int) -> bool:
     return workers > 0 or n_images * int(resolution) ** 2 * 3 > DEFAULT_CACHE_MAX_BYTES
 
 
+def test_passes(n_test: int, training: Mapping[str, Any]) -> int:
+    """Test images a target model's job classifies after training (atat.training.train):
+    the metrics' test pass, then test_predictions.csv's second clean pass over the whole
+    split; with ``val_drop_last`` the metrics' pass skips the last partial batch
+    (``eval_batch_size``) and the predictions' first pass runs over the whole split again."""
+    n = int(n_test)
+    if not n:
+        return 0
+    if not training.get("val_drop_last"):
+        return 2 * n
+    batch = int(training.get("eval_batch_size", training.get("batch_size", n)) or n)
+    return n // batch * batch + 2 * n
+
+
 def train_cost(name: str, *, architecture: str, resolution: int, n_train: int, n_val: int,
                n_test: int, training: Mapping[str, Any], defense: Mapping[str, Any],
                precision: str | None = None, rule: str = "train_model",
                image_format: str | None = None) -> JobCost:
     """One training job: per epoch and training image the defense's PGD steps (TF32 off,
     atat.base.precision, as pgd runs them) and its loss passes forward+backward, validation
-    every ``eval_every`` epochs, the training-accuracy and test passes (forward), and the host
+    every ``eval_every`` epochs, the training-accuracy pass and the test passes
+    (:func:`test_passes`; forward), and the host
     work of the loader's workers (``training.num_workers``): each epoch's training transform
     of every training image (``augment@<resolution>/image``) and, where the loader decodes
     its images again every epoch (:func:`decoded_each_epoch`), the decoding of every image it
@@ -276,7 +305,7 @@ def train_cost(name: str, *, architecture: str, resolution: int, n_train: int, n
     precision = precision or training_precision(training)
     steps, losses = training_passes(defense)
     per_epoch = epochs * n_train
-    fwd = (epochs // every + 1) * n_val + n_train + n_test
+    fwd = (epochs // every + 1) * n_val + n_train + test_passes(n_test, training)
     passes = [Pass(architecture, resolution, "fb", per_epoch * steps, "fp32")] if steps else []
     passes += [Pass(architecture, resolution, "fb", per_epoch * losses, precision),
                Pass(architecture, resolution, "fwd", fwd, precision),
@@ -616,6 +645,38 @@ def synthfaces_cost(name: str, *, n_images: int, resolution: int, domain: str = 
                    gpu=False)
 
 
+#: validation every this many epochs where ``pretraining.training`` leaves ``eval_every`` out
+#: (atat.training.pretrain.PRETRAINING_DEFAULTS; tests/test_job_cost.py checks they agree)
+PRETRAIN_EVAL_EVERY = 1
+
+
+def pretrain_cost(name: str, *, architecture: str, resolution: int, n_train: int, n_val: int,
+                  training: Mapping[str, Any], num_workers: int = 0,
+                  image_format: str | None = "png") -> JobCost:
+    """One backbone's pretraining on the pretraining population (rule pretrain_backbone,
+    atat.training.pretrain through atat.training.train.fit): per epoch each full training
+    batch forward+backward (the training loader drops the last partial batch) and each of its
+    images' training transform (``augment@<resolution>/image``), the held-out images forward on
+    every ``eval_every``-th epoch; no training-accuracy or test pass. The network passes run
+    at the recipe's batch, network key ``<architecture>/b<batch>`` (the CPU calibration's
+    unit at that batch, else at its own: :meth:`CpuRates.unit_key`); the decoding as
+    :func:`train_cost`'s."""
+    epochs = int(training["epochs"])
+    batch = int(training["batch_size"])
+    every = max(1, int(training.get("eval_every", 1) or 1))
+    seen = int(n_train) // batch * batch * epochs
+    val = sum(1 for e in range(epochs) if e % every == 0) * int(n_val)
+    net = f"{architecture}/b{batch}"
+    precision = training_precision(training)
+    passes = [Pass(net, resolution, "fb", seen, precision),
+              Pass(net, resolution, "fwd", val, precision),
+              Pass("augment", resolution, "image", seen)]
+    if image_format and decoded_each_epoch(num_workers, int(n_train) + int(n_val), resolution):
+        passes.append(Pass(image_format, resolution, "image", seen + val))
+    return JobCost("pretrain_backbone", name, tuple(passes), gpu=True,
+                   host_workers=int(num_workers))
+
+
 def figure_cost(rule: str, name: str, *, panels: int, blank: int = 0, dpi: int) -> JobCost:
     """A figure drawn panel by panel (Figure 4: one panel per attack, metric and cell, each
     the defenses' points with intervals in both axes and placed labels), laid out and saved
@@ -915,6 +976,24 @@ def _job_cost_for(rule: str, wc: Mapping[str, Any], config: Mapping[str, Any], *
                                   samples=int(pq["samples"]), classifier=arch,
                                   n_classifiers=int(pq["classifiers"]), n_public=public,
                                   n_heldout=held, feature_dim=FEATURE_DIM[arch])
+    if rule == "pretraining_population":
+        pop = config["pretraining"]["population"]
+        n = int(pop["identities"]) * (int(pop["images_per_identity"])
+                                      + int(pop["val_images_per_identity"]))
+        return dataclasses.replace(synthfaces_cost(name, n_images=n,
+                                                   resolution=int(pop["resolution"])),
+                                   rule=rule)
+    if rule == "pretrain_backbone":
+        from atat.plan.config import pretraining_backbones
+
+        pop = config["pretraining"]["population"]
+        ident = int(pop["identities"])
+        recipe = pretraining_backbones(config)[(wc["backbone"], int(wc["res"]))]["training"]
+        return pretrain_cost(name, architecture=wc["backbone"], resolution=int(wc["res"]),
+                             n_train=ident * int(pop["images_per_identity"]),
+                             n_val=ident * int(pop["val_images_per_identity"]),
+                             training={"eval_every": PRETRAIN_EVAL_EVERY, **recipe},
+                             num_workers=workers)
     if rule == "synthfaces":
         ds = wc["dataset"]
         d = config["datasets"][ds]
