@@ -88,8 +88,8 @@ CONDA_OPTIONS = ("--sdm conda", "--software-deployment-method conda", "--use-con
 
 #: printed command -> the text its output must contain: the page shows it failing
 EXPECTED_FAILURES = {
-    "snakemake -n all --configfile unsharded.yaml --config max_runtime_min=1440":
-        "would exceed the partition's limit max_runtime_min = 1440 min",
+    "snakemake -n all --configfile unsharded.yaml --config max_runtime_min=2880":
+        "would exceed the partition's limit max_runtime_min = 2880 min",
 }
 
 #: options whose values are rules or files (a target there is meant)

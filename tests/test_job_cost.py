@@ -147,20 +147,21 @@ def _snakemake(*args, timeout=600):
 
 @pytest.mark.slow
 def test_dry_run_refuses_a_job_over_the_partition_limit(tmp_path):
-    """The paper config with one inversion job per (model, attack) on a 24-hour partition:
+    """The paper config with one inversion job per (model, attack) on a 48-hour partition:
     refused at DAG time, naming the jobs, their forecasts and the remedy (shard finer); the
-    sharded paper config itself fits."""
+    sharded paper config itself fits. (A 24-hour partition no longer holds the sharded grid:
+    AT-AT on ResNet-152 is forecast at 24.4 h with its PGD priced at fp32, docs/forecast.md.)"""
     unsharded = tmp_path / "unsharded.yaml"
     unsharded.write_text("inversion:\n  classes_per_job: {ppa: 1000, ifgmi: 1000, ppdg: 1000}\n")
-    out = _snakemake("all", "--configfile", str(unsharded), "--config", "max_runtime_min=1440")
+    out = _snakemake("all", "--configfile", str(unsharded), "--config", "max_runtime_min=2880")
     assert out.returncode != 0
     text = out.stdout + out.stderr
-    assert "exceed the partition's limit max_runtime_min = 1440 min" in text
+    assert "exceed the partition's limit max_runtime_min = 2880 min" in text
     assert re.search(r"invert celeba/resnet152/\w+/\d+/ppa: \d+ min requested \(forecast "
                      r"[\d.]+ h x 1.5\)", text)
     assert "classes_per_job" in text and "nothing was submitted" in text
     assert "train_model" not in text.split("nothing was submitted")[1].split("Remedy")[0]
-    fits = _snakemake("all", "--quiet", "rules", "--config", "max_runtime_min=1440")
+    fits = _snakemake("all", "--quiet", "rules", "--config", "max_runtime_min=2880")
     assert fits.returncode == 0, fits.stderr[-2000:]
 
 
