@@ -116,7 +116,7 @@ venv-test: $(VENV)/.installed-test
 # (profiles/slurm/config.yaml: an edited adapter script alone reruns nothing). Last, the HTML
 # report of every table and figure the run built (results/report.html).
 demo: venv
-	$(VENV)/bin/snakemake all --configfile config/demo.yaml --cores $(CORES) --keep-going --rerun-incomplete --rerun-triggers mtime params input software-env --show-failed-logs --max-jobs-per-timespan 1000/60s --logger rich --set-threads train_model=1 autoattack=1 invert=1 measure_hsic=1 train_generator=1 train_evaluation_model=1 train_face_embedding=1 train_instrument_classifier=1
+	$(VENV)/bin/snakemake all --configfile config/demo.yaml --cores $(CORES) --keep-going --rerun-incomplete --rerun-triggers mtime params input software-env --show-failed-logs --max-jobs-per-timespan 1000/60s --logger rich --set-threads train_model=1 autoattack=1 invert=1 measure_hsic=1 train_generator=1 train_evaluation_model=1 train_face_embedding=1 train_instrument_classifier=1 pretrain_backbone=1
 	-$(VENV)/bin/python -m atat.lab.critical_path
 	$(VENV)/bin/snakemake --report results/report.html --configfile config/demo.yaml
 

@@ -37,7 +37,7 @@ SNAKEMAKE = Path(sys.executable).with_name("snakemake")
 # same order and produce identical numbers
 THREADS = ["--set-threads", "train_model=1", "autoattack=1", "measure_hsic=1",
            "train_evaluation_model=1", "train_face_embedding=1", "train_instrument_classifier=1",
-           "train_generator=1", "invert=1"]
+           "train_generator=1", "invert=1", "pretrain_backbone=1"]
 # A targeted rebuild (the README's `snakemake --profile slurm results/tables/<table>`): data,
 # both models, AutoAttack at both epsilons (one job per model), the table's own summary and the
 # table, plus the whole run's summary (the retry test's injected failure; since the targeted
@@ -47,7 +47,7 @@ TARGETS = ["results/tables/table4.csv", "results/summary.csv"]
 
 
 GPU_RULES = {"train_model", "autoattack", "measure_hsic", "train_evaluation_model", "train_generator",
-             "invert", "real_embeddings"}
+             "invert", "real_embeddings", "pretrain_backbone"}
 
 
 def snakemake_cmd(workdir: Path, *args: str) -> list[str]:
