@@ -150,6 +150,28 @@ def test_the_face_network_fine_tunes_from_the_shared_backbone(tmp_path, populati
     assert not torch.allclose(conv, torchvision.models.resnet18().conv1.weight, atol=1e-3)
 
 
+def test_a_zeroed_head_starts_every_class_at_the_same_logit(tmp_path, population):
+    """head_init: zero (Inception-v3's pretraining): the first loss is ln K, not torchvision's
+    std-0.1 classifier's; an unknown head_init is refused."""
+    from atat.training.pretrain import _zero_head, pretraining_recipe
+
+    net = torchvision_network("inception_v3", 4)
+    _zero_head(net)
+    net.eval()
+    logits = net(torch.randn(2, 3, 75, 75))
+    assert torch.equal(logits, torch.zeros_like(logits))
+    metrics = _pretrain(population, tmp_path, "resnet10", 32)
+    zeroed = pretrain_backbone(population, out_weights=tmp_path / "z.pth",
+                               out_metrics=tmp_path / "z.json", architecture="resnet10",
+                               resolution=32, training={**TINY, "head_init": "zero"},
+                               progress=False)
+    start = zeroed["history"][0]["loss_start"]
+    assert abs(start - torch.log(torch.tensor(4.0)).item()) < 1e-4
+    assert metrics["history"][0]["loss_start"] != start
+    with pytest.raises(ValueError, match="head_init"):
+        pretraining_recipe({**TINY, "head_init": "small"})
+
+
 def test_the_imagenet_path_is_unchanged(tmp_path):
     """A torchvision ImageNet file (1000-way head) loads every tensor, the head is replaced by
     the same fresh layer as without weights: the paper config's models are the same as before."""
@@ -179,11 +201,17 @@ def test_a_file_of_another_network_is_refused(tmp_path):
 def test_the_config_plans_one_backbone_per_architecture_and_resolution(demo):
     validate_config(demo)
     backbones = pretraining_backbones(demo)
-    assert sorted(backbones) == [("densenet47", 32), ("inception_v3", 80), ("resnet10", 32),
+    assert sorted(backbones) == [("densenet47", 32), ("resnet10", 32),
                                  ("resnet18", 32)]   # the face network shares ResNet-18 at 32 px
-    assert backbones[("inception_v3", 80)]["training"]["epochs"] == 3
     assert backbones[("resnet18", 32)]["training"]["epochs"] == 8
     assert not any(b["aux_logits"] for b in backbones.values())
+    # the evaluation model is from scratch on the demo; switched on, its Inception-v3 is planned
+    # with its own entry of pretraining.backbones
+    on = copy.deepcopy(demo)
+    on["evaluation_model"]["pretrained"] = True
+    inception = pretraining_backbones(on)[("inception_v3", 80)]
+    assert inception["training"]["epochs"] == 3 and inception["training"]["head_init"] == "zero"
+    assert inception["training"]["batch_size"] == 32 and not inception["aux_logits"]
     paper = load_config(PAPER)
     assert pretraining_backbones(paper) == {}
 
@@ -197,6 +225,8 @@ def test_the_config_plans_one_backbone_per_architecture_and_resolution(demo):
      "face_embedding.pretrained"),
     (lambda c: c["pretraining"]["population"].update(identities=0),
      "pretraining.population.identities"),
+    (lambda c: c["pretraining"]["training"].update(head_init="small"),
+     "pretraining.training.head_init"),
 ])
 def test_bad_pretraining_settings_are_config_errors(demo, change, key):
     cfg = copy.deepcopy(demo)
@@ -253,8 +283,8 @@ FED = ["results/models/synthfaces/resnet18/tldmi/seed0/model.pt",
 @pytest.mark.slow
 def test_the_paper_dag_has_no_pretraining_and_the_demo_pretrains_upstream():
     """Paper config: no pretraining job (its pretrained nets load torchvision's files). Demo: the
-    population and each backbone feed every target model, evaluation model and public
-    classifier."""
+    population and each backbone feed every target model and public classifier; the
+    evaluation model is from scratch there (docs/decisions.md#pretraining)."""
     paper = _snakemake("all", "-n", "--quiet", "rules")
     assert "train_model" in paper and "pretrain" not in paper
     dag = _snakemake(*FED, "--forceall", "--dag", "--configfile", str(DEMO))
@@ -268,8 +298,8 @@ def test_the_paper_dag_has_no_pretraining_and_the_demo_pretrains_upstream():
         if "->" in line:
             a, b = (part.strip().rstrip(";") for part in line.split("->"))
             fed.setdefault(rule_of[b], set()).add(rule_of[a])
-    assert sum(r == "pretrain_backbone" for r in rule_of.values()) == 4
-    for rule in ("train_model", "train_evaluation_model", "train_face_embedding",
-                 "train_instrument_classifier"):
+    assert sum(r == "pretrain_backbone" for r in rule_of.values()) == 3
+    for rule in ("train_model", "train_face_embedding", "train_instrument_classifier"):
         assert "pretrain_backbone" in fed[rule], rule
+    assert "pretrain_backbone" not in fed["train_evaluation_model"]
     assert fed["pretrain_backbone"] == {"pretraining_population"}

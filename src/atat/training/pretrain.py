@@ -40,6 +40,8 @@ __all__ = ["CrossEntropy", "PRETRAINING_DEFAULTS", "pretrain_backbone", "pretrai
 #: recipe keys of ``pretraining.training`` the config may leave out
 PRETRAINING_DEFAULTS: dict[str, Any] = {
     "lr": 1e-3, "betas": [0.9, 0.999], "lr_gamma": 0.1, "eval_every": 1,
+    # the classification layer as torchvision initialises it, or zeroed (initial loss ln K)
+    "head_init": "default",
     # resume file after every epoch (atat.training.train.fit); it does not change the weights
     "checkpoint_every": 1,
 }
@@ -107,7 +109,20 @@ def pretraining_recipe(training: Mapping[str, Any]) -> dict[str, Any]:
     if any(m >= p["epochs"] for m in p["lr_milestones"]):
         raise ValueError(f"pretraining.training.lr_milestones {p['lr_milestones']}: every "
                          f"milestone must be < epochs = {p['epochs']}")
+    if p["head_init"] not in ("default", "zero"):
+        raise ValueError(f"pretraining.training.head_init: {p['head_init']!r} is not "
+                         "'default' or 'zero'")
     return p
+
+
+def _zero_head(net: nn.Module) -> None:
+    """Zero the network's classification layer (``fc`` or ``classifier``): every class starts
+    at the same logit, the first loss is ln K. torchvision's Inception-v3 initialises its fc with
+    a truncated normal of std 0.1 over 2,048 features, logits of std ~4 and a first loss far
+    above ln K (docs/decisions.md#pretraining)."""
+    head = getattr(net, "fc", None) or getattr(net, "classifier")
+    nn.init.zeros_(head.weight)
+    nn.init.zeros_(head.bias)
 
 
 def pretrain_backbone(dataset_root: str | Path, *, out_weights: str | Path,
@@ -137,6 +152,8 @@ def pretrain_backbone(dataset_root: str | Path, *, out_weights: str | Path,
                              **common)
     n_classes = train_loader.dataset.n_classes
     net = torchvision_network(architecture, n_classes, aux_logits=aux_logits)
+    if p["head_init"] == "zero":
+        _zero_head(net)
     settings = {"kind": "pretrained_backbone", "dataset_root": str(dataset_root),
                 "architecture": architecture, "resolution": int(resolution),
                 "n_classes": int(n_classes), "training": p, "augmentation": aug,
