@@ -796,7 +796,10 @@ def test_the_pretraining_is_priced_per_image_and_epoch_within_30_percent_of_its_
     assert jc.PRETRAIN_EVAL_EVERY == PRETRAINING_DEFAULTS["eval_every"]
     cpu = fc.read_cpu_rates(CALIBRATION)
     backbones = pretraining_backbones(demo)
-    assert set(backbones) == set(PRETRAINING_MEASURED) - {"population"}
+    # the 32 px targets' backbones; Inception-v3's (measured too) only while the evaluation
+    # model is pretrained (config/demo.yaml: it is not, docs/decisions.md#pretraining)
+    assert {("resnet18", 32), ("resnet10", 32), ("densenet47", 32)} <= set(backbones)
+    assert set(backbones) <= set(PRETRAINING_MEASURED) - {"population"}
     pop = jc.job_cost_for("pretraining_population", {}, demo)
     assert pop.rule == "pretraining_population" and not pop.gpu
     assert pop.passes == (jc.Pass("synthfaces", 32, "step", 500 * 22),)
@@ -811,8 +814,9 @@ def test_the_pretraining_is_priced_per_image_and_epoch_within_30_percent_of_its_
         assert job.rule == "pretrain_backbone" and job.gpu
         assert cpu.unit_key(job.passes[0]) == f"{arch}/b128@{res}/fb"   # timed at 128
         priced[(arch, res)] = cpu.seconds(job)
-    for key, measured in PRETRAINING_MEASURED.items():
-        assert abs(priced[key] / measured - 1) <= 0.30, (key, priced[key], measured)
+    for key, seconds in priced.items():
+        measured = PRETRAINING_MEASURED[key]
+        assert abs(seconds / measured - 1) <= 0.30, (key, seconds, measured)
     # a calibration without the batch's unit prices the network at its own batch
     bare = jc.CpuRates({"resnet18@32/fb": 0.003}, job_overhead_s=0.0)
     assert bare.unit_key(jc.Pass("resnet18/b128", 32, "fb", 1)) == "resnet18@32/fb"
