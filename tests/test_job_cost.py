@@ -858,17 +858,18 @@ def test_the_demo_dag_plans_the_pretraining_jobs():
     """The demo's DAG from empty has the population and one pretraining job per backbone, and
     the CPU forecast prices every job (no unit missing from the committed calibration)."""
     from atat.lab import forecast as fc
+    from atat.plan.config import pretraining_backbones
 
     jobs, config = fc.dag_jobs([DEMO])
     planned = sorted((r, tuple(sorted(wc.items()))) for r, wc, _ in jobs
                      if r.startswith("pretrain"))
+    backbones = sorted(pretraining_backbones(config))   # the 32 px targets' (not Inception-v3's
+    assert len(backbones) == 3                          # while the judge trains from scratch)
     assert planned == [("pretrain_backbone", (("backbone", arch), ("res", str(res))))
-                       for arch, res in sorted(k for k in PRETRAINING_MEASURED
-                                               if k != "population")] + [
-        ("pretraining_population", ())]
+                       for arch, res in backbones] + [("pretraining_population", ())]
     rows = {r.rule: r for r in fc.forecast(jobs, config, gpu=None,
                                            cpu=fc.read_cpu_rates(CALIBRATION))}
     assert not any(r.uncalibrated for r in rows.values()), rows
-    measured = sum(PRETRAINING_MEASURED.values())
+    measured = PRETRAINING_MEASURED["population"] + sum(PRETRAINING_MEASURED[b] for b in backbones)
     priced = (rows["pretrain_backbone"].hours + rows["pretraining_population"].hours) * 3600
     assert abs(priced / measured - 1) <= 0.30, (priced, measured)
