@@ -73,7 +73,7 @@ class NetworkMemory:
         return dataclasses.replace(self, **per_image)
 
 
-#: Counted 2026-12-06 on the CPU (2 vCPUs AMD EPYC, torch 2.14.1, float32) with
+#: Counted 2026-12-06 on the CPU (2 vCPUs Intel Xeon, torch 2.14.1, float32) with
 #: ``python -m atat.lab.gpu_memory_table``: live tensor bytes per image of each pass (the slope
 #: of the peak between batches that agree within 3%); docs/measurements.md has the command and
 #: the cross-check against the process's RSS.
