@@ -11,11 +11,21 @@ import types
 from pathlib import Path
 
 import pytest
+import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 
-# minimal/config.yaml ends with its `inversion:` mapping: no attack here
-TINY = (ROOT / ".test" / "minimal" / "config.yaml").read_text() + "  attacks: []\n"
+
+
+def _tiny() -> str:
+    """minimal/config.yaml with no inversion attack (``inversion.attacks: []``, set by key, not
+    by appending a line: the file's last mapping changes as the config grows)."""
+    config = yaml.safe_load((ROOT / ".test" / "minimal" / "config.yaml").read_text())
+    config["inversion"]["attacks"] = []
+    return yaml.safe_dump(config, sort_keys=False)
+
+
+TINY = _tiny()
 
 
 def load_common(monkeypatch):
@@ -38,7 +48,8 @@ def load_common(monkeypatch):
 def copy_checkout(dest: Path) -> Path:
     """The files of this working tree that a run needs (tracked and new, not ignored)."""
     listed = subprocess.run(["git", "ls-files", "-z", "-co", "--exclude-standard", "--",
-                             "Snakefile", "src", "workflow", "config", "data", "envs"], cwd=ROOT,
+                             "Snakefile", "src", "workflow", "config", "data", "envs",
+                             "profiles"], cwd=ROOT,
                             capture_output=True, check=True).stdout.decode().split("\0")
     for rel in filter(None, listed):
         if (ROOT / rel).is_file():
