@@ -845,3 +845,16 @@ def test_derived_values_are_memoised_per_config_content_and_follow_its_edits():
     value = C.memoised("test", cfg, ("k",), lambda: calls.append(1) or 42)
     assert value == C.memoised("test", cfg, ("k",), lambda: calls.append(1) or 43) == 42
     assert calls == [1]
+
+
+def test_the_evaluation_models_network_matches_its_input_size_and_heads(demo):
+    """Inception-v3 needs >= 75 px; a target architecture as judge has no auxiliary head."""
+    inception = mutate(mutate(demo, ("evaluation_model", "architecture"), "inception_v3"),
+                       ("evaluation_model", "resolution"), 32)
+    with pytest.raises(ConfigError, match="evaluation_model.resolution"):
+        validate_config(inception)
+    judge = mutate(mutate(demo, ("evaluation_model", "architecture"), "densenet47"),
+                   ("evaluation_model", "aux_logits"), True)
+    with pytest.raises(ConfigError, match="evaluation_model.aux_logits"):
+        validate_config(judge)
+    validate_config(mutate(judge, ("evaluation_model", "aux_logits"), False))

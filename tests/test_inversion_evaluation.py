@@ -226,3 +226,48 @@ def test_face_embedding_resumes_to_identical_weights(data_dir, tmp_path):
     assert all(torch.equal(a[k], b[k]) for k in a)
     assert resumed["history"] == full["history"]
     assert resumed["heldout_nn_acc"] == full["heldout_nn_acc"] and not resume.exists()
+
+
+def test_a_target_architecture_as_judge_loads_its_pretrained_backbone_and_round_trips(
+        data_dir, tmp_path):
+    """evaluation_model.architecture densenet47 (the miniature's judge): the pretraining's file
+    initialises every tensor but the head, features are the classifier's penultimate ones, and
+    the trained checkpoint rebuilds the same network (architecture read from it)."""
+    from atat.training.models import torchvision_network
+
+    torch.manual_seed(3)
+    backbone = torchvision_network("densenet47", num_classes=7)
+    torch.save(backbone.state_dict(), tmp_path / "densenet47.pth")
+    model = build_evaluation_model(3, architecture="densenet47", aux_logits=False,
+                                   weights_path=tmp_path / "densenet47.pth", resolution=32)
+    assert not model.aux_logits and not model.transform_input
+    assert torch.equal(model.classifier.features.conv0.weight, backbone.features.conv0.weight)
+    with torch.no_grad():
+        x = torch.rand(2, 3, 32, 32) * 2 - 1
+        model.eval()
+        assert model.features(x).shape == (2, model.classifier.feature_dim)
+        assert torch.allclose(model(x), model.classifier.head(model.features(x)))
+    model.train()
+    assert model.forward_train(torch.rand(2, 3, 32, 32))[1] is None
+    with pytest.raises(ValueError, match="aux_logits"):
+        build_evaluation_model(3, architecture="densenet47", aux_logits=True)
+
+    m = train_evaluation_model(data_dir / "private", out_model=tmp_path / "ev.pt",
+                               out_metrics=tmp_path / "ev.json", n_classes=3, resolution=32,
+                               architecture="densenet47", aux_logits=False,
+                               weights_path=tmp_path / "densenet47.pth",
+                               training={"epochs": 1, "batch_size": 4, "lr_milestones": []},
+                               seed=0, progress=False)
+    assert m["architecture"] == "densenet47" and m["pretrained"]
+    loaded = load_evaluation_model(tmp_path / "ev.pt")
+    assert loaded.architecture == "densenet47" and loaded.resolution == 32
+
+    class CE:
+        @staticmethod
+        def eval_loss(net, x, y):
+            logits = net(x)
+            return torch.nn.functional.cross_entropy(logits, y, reduction="sum"), logits
+
+    loader = make_loader(data_dir / "private", "test", batch_size=4, train=False,
+                         resolution=32)
+    assert evaluate(loaded, CE(), loader, torch.device("cpu"))["acc"] == m["test_acc"]

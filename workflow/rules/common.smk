@@ -22,7 +22,7 @@ from atat.plan.config import (  # noqa: E402
     model_runs,
     training_params,
 )
-from atat.plan.config import inversion_params, inversion_shards  # noqa: E402
+from atat.plan.config import autoattack_params, inversion_params, inversion_shards  # noqa: E402
 from atat.plan.config import dose_response_points, with_dose_response  # noqa: E402
 from atat.plan.config import n_classes as _n_classes  # noqa: E402
 from atat.plan.eps_scale import factor as epsilon_factor  # noqa: E402
@@ -169,6 +169,12 @@ wildcard_constraints:
     defense=_alt(config["defenses"]),
     seed=r"\d+",
     eps=_alt(re.escape(e) for e in EPS),
+
+
+def autoattack_settings(wildcards):
+    """Rule autoattack's settings of one model: ``autoattack`` with the model's n_examples
+    (``autoattack.overrides``, atat.plan.config.autoattack_params)."""
+    return autoattack_params(config, wildcards.dataset, wildcards.arch, wildcards.defense)
 
 
 def autoattack_epsilons(wildcards):
@@ -503,7 +509,7 @@ def torchvision_weight_urls():
         if arch in TORCHVISION_WEIGHTS
     ]  # ResNet-10 has none (from scratch; atat.plan.config)
     ev = config.get("evaluation_model") or {}
-    if ev.get("pretrained"):
+    if ev.get("pretrained") and not config.get("pretraining"):
         wanted.append((ev.get("architecture", "inception_v3"), ev.get("weights", "IMAGENET1K_V1")))
     face = config.get("face_embedding") or {}
     if face.get("pretrained") and not config.get("pretraining"):
@@ -559,7 +565,7 @@ def lpips_files():
 
 
 def evaluation_weights_file():
-    """Pretrained init of the evaluation model (Inception-v3): the config's pretraining at the
+    """Pretrained init of the evaluation model (its architecture): the config's pretraining at the
     model's resolution, else torchvision's ImageNet file; None when trained from scratch."""
     ev = config.get("evaluation_model") or {}
     if not ev.get("pretrained"):
@@ -579,7 +585,7 @@ FACE_CFG = config.get("face_embedding") or {}
 def evaluation_model_inputs(wildcards):
     inputs = {"dataset": dataset_stamp(wildcards.dataset)}
     if EVAL_CFG.get("pretrained"):
-        inputs["weights"] = evaluation_weights_file()  # the ImageNet Inception-v3 file
+        inputs["weights"] = evaluation_weights_file()  # ImageNet's file or the pretraining's
     return inputs
 
 
@@ -589,6 +595,7 @@ def evaluation_model_spec(wildcards):
         dataset_root=f"{dataset_dir(wildcards.dataset)}/private",
         n_classes=n_classes(wildcards.dataset),
         resolution=int(EVAL_CFG["resolution"]),
+        architecture=str(EVAL_CFG.get("architecture", "inception_v3")),
         aux_logits=bool(EVAL_CFG.get("aux_logits", True)),
         training=dict(EVAL_CFG["training"]),
         augmentation=EVAL_CFG.get("augmentation"),

@@ -16,7 +16,7 @@ rule autoattack:
         dataset_root=lambda wc: f"{dataset_dir(wc.dataset)}/private",
         resolution=lambda wc: dataset_resolution(wc.dataset),
         epsilons=autoattack_epsilons,
-        autoattack=config["autoattack"],
+        autoattack=autoattack_settings,  # the model's budget (autoattack.overrides)
         epsilon_factor=epsilon_factor(config),  # run at factor x eps (atat.plan.eps_scale)
     log:
         f"logs/autoattack/{AUTOATTACK_JOB_NAME}.log",

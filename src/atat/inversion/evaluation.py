@@ -8,6 +8,10 @@
   the classification head; the rest gives the 2048-d pooled features of δ_eval
   (docs/sources.md#evaluation-model-distance). The auxiliary head (when ``aux_logits``) keeps its
   1000-way fc and is trained with the identity labels; loss = CE_sum(main) + CE_sum(aux).
+  ``evaluation_model.architecture`` may instead name a target architecture
+  (:data:`atat.training.models.ARCHITECTURES`; the miniature's judge: DenseNet-47 fine-tuned
+  from its pretraining, docs/decisions.md#the-evaluation-models-architecture): the classifier of
+  :func:`atat.training.models.build_model`, its penultimate features δ_eval's, no auxiliary head.
 * The **face embedding** of δ_face (docs/sources.md#facenet-distance): either facenet-pytorch's
   ``InceptionResnetV1`` (VGGFace2 weights from a local file, unit-norm 512-d output, [-1, 1] inputs
   fed directly) or, where no pretrained face network is available (embedded demo), a ResNet-18
@@ -37,7 +41,8 @@ from atat.base import io
 from atat.data.loading import ManifestDataset, build_transform, make_loader
 from atat.data.manifest import read_meta
 from atat.plan.inversion_defaults import EVAL_TRAINING_DEFAULTS
-from atat.training.models import Classifier, build_model, load_pretrained
+from atat.training.models import (EVALUATION_ARCHITECTURE, Classifier, build_model,
+                                  load_pretrained)
 from atat.training.pretrain import CrossEntropy
 from atat.training.train import evaluate, fingerprint, seed_everything, versions
 from atat.training.train import fit as train_loop
@@ -46,6 +51,7 @@ log = logging.getLogger(__name__)
 
 __all__ = [
     "EVAL_TRAINING_DEFAULTS",
+    "ClassifierEvaluationModel",
     "EvaluationModel",
     "FaceEmbedding",
     "build_evaluation_model",
@@ -105,11 +111,45 @@ class EvaluationModel(nn.Module):
         return self.head(feats), aux
 
 
-def build_evaluation_model(n_classes: int, *, aux_logits: bool = True,
+class ClassifierEvaluationModel(nn.Module):
+    """A target architecture's classifier as evaluation model (``evaluation_model.architecture``
+    other than Inception-v3), with :class:`EvaluationModel`'s interface: ``features(x)`` the
+    penultimate features, ``forward(x)`` the logits, ``forward_train(x)`` → (logits, None); no
+    auxiliary head and no input transform. Inputs are images in [-1, 1] at ``resolution``."""
+
+    aux_logits = False
+    transform_input = False
+
+    def __init__(self, classifier: Classifier, resolution: int):
+        super().__init__()
+        self.classifier = classifier
+        self.n_classes = int(classifier.head.out_features)
+        self.resolution = int(resolution)
+
+    @property
+    def architecture(self) -> str:
+        return self.classifier.architecture
+
+    def features(self, x: Tensor) -> Tensor:
+        return self.classifier.features(x)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.classifier(x)
+
+    def forward_train(self, x: Tensor) -> tuple[Tensor, Tensor | None]:
+        return self.classifier(x), None
+
+
+def build_evaluation_model(n_classes: int, *, architecture: str = EVALUATION_ARCHITECTURE,
+                           aux_logits: bool = True,
                            weights_path: str | Path | None = None,
                            transform_input: bool | None = None,
-                           resolution: int = 299) -> EvaluationModel:
-    """Inception-v3 evaluation model. ``weights_path``: a pretrained Inception-v3 state dict on
+                           resolution: int = 299) -> EvaluationModel | ClassifierEvaluationModel:
+    """The evaluation model: Inception-v3 (``architecture`` ``inception_v3``, the paper's) or a
+    target architecture's classifier (:class:`ClassifierEvaluationModel`, which takes neither
+    ``aux_logits`` nor ``transform_input``).
+
+    Inception-v3: ``weights_path``: a pretrained Inception-v3 state dict on
     disk (torchvision's ImageNet ``inception_v3_google-*.pth`` on the paper config, the
     miniature's pretraining on the demo, both through
     :func:`atat.training.models.load_pretrained`; never downloaded here) →
@@ -117,6 +157,12 @@ def build_evaluation_model(n_classes: int, *, aux_logits: bool = True,
     ``weights=IMAGENET1K_V1``; ``None`` → random ``init_weights=True`` initialisation.
     ``transform_input`` overrides the default (used when rebuilding a trained checkpoint)."""
     pretrained = weights_path is not None
+    if architecture != EVALUATION_ARCHITECTURE:
+        if aux_logits or transform_input:
+            raise ValueError(f"evaluation model {architecture}: aux_logits and transform_input "
+                             f"exist only for {EVALUATION_ARCHITECTURE}")
+        return ClassifierEvaluationModel(build_model(architecture, n_classes, weights_path),
+                                         resolution)
     if transform_input is None:
         transform_input = pretrained
     # the 1000-way fc/AuxLogits.fc of ImageNet; fc is replaced below, the aux fc kept
@@ -185,6 +231,7 @@ def _eval_model_loss(model: EvaluationModel, x: Tensor, y: Tensor) -> tuple[Tens
 
 def train_evaluation_model(dataset_root: str | Path, *, out_model: str | Path,
                            out_metrics: str | Path, n_classes: int, resolution: int = 299,
+                           architecture: str = EVALUATION_ARCHITECTURE,
                            aux_logits: bool = True, weights_path: str | Path | None = None,
                            training: Mapping[str, Any] | None = None,
                            augmentation: Mapping[str, Any] | None = None, seed: int = 42,
@@ -202,8 +249,8 @@ def train_evaluation_model(dataset_root: str | Path, *, out_model: str | Path,
     p = _recipe(training)
     seed_everything(seed)
     loader_gen = torch.Generator().manual_seed(seed)
-    model = build_evaluation_model(n_classes, aux_logits=aux_logits, weights_path=weights_path,
-                                   resolution=resolution).to(device)
+    model = build_evaluation_model(n_classes, architecture=architecture, aux_logits=aux_logits,
+                                   weights_path=weights_path, resolution=resolution).to(device)
     aug = eval_augmentation(augmentation)
     common = dict(resolution=resolution, num_workers=num_workers)
     train_loader = make_loader(dataset_root, "train", batch_size=p["batch_size"], train=True,
@@ -217,6 +264,7 @@ def train_evaluation_model(dataset_root: str | Path, *, out_model: str | Path,
                               **common)
     _check_batches(train_loader, "evaluation model", p["batch_size"])
     settings = {"kind": "evaluation_model", "dataset_root": str(dataset_root),
+                "architecture": architecture,
                 "n_classes": int(n_classes), "resolution": int(resolution),
                 "aux_logits": bool(aux_logits),
                 "weights_path": None if weights_path is None else str(weights_path),
@@ -236,13 +284,13 @@ def train_evaluation_model(dataset_root: str | Path, *, out_model: str | Path,
     test = evaluate(model, _CrossEntropy(), test_loader, device)
     checkpoint = {
         "format_version": FORMAT_VERSION, "kind": "evaluation_model",
-        "architecture": "inception_v3", "n_classes": int(n_classes),
+        "architecture": architecture, "n_classes": int(n_classes),
         "resolution": int(resolution), "aux_logits": bool(aux_logits),
         "transform_input": model.transform_input, "pretrained": weights_path is not None,
         "state_dict": best["model"], "best_epoch": best["epoch"],
     }
     metrics = {
-        "architecture": "inception_v3", "n_classes": int(n_classes), "resolution": int(resolution),
+        "architecture": architecture, "n_classes": int(n_classes), "resolution": int(resolution),
         "aux_logits": bool(aux_logits), "pretrained": weights_path is not None,
         "transform_input": model.transform_input, "seed": int(seed),
         "best_epoch": best["epoch"], "train_loss": train_eval["loss"],
@@ -263,13 +311,15 @@ def train_evaluation_model(dataset_root: str | Path, *, out_model: str | Path,
 
 
 def load_evaluation_model(path: str | Path, device: str | torch.device = "cpu"
-                          ) -> EvaluationModel:
+                          ) -> EvaluationModel | ClassifierEvaluationModel:
     """Rebuild a trained evaluation model (eval mode) from :func:`train_evaluation_model`'s
     checkpoint; ``model.resolution`` / ``model.n_classes`` tell its input size and classes."""
     ckpt = io.torch_load(path)
     if ckpt.get("kind") != "evaluation_model":
         raise ValueError(f"{path} is not an evaluation-model checkpoint")
-    model = build_evaluation_model(ckpt["n_classes"], aux_logits=ckpt["aux_logits"],
+    model = build_evaluation_model(ckpt["n_classes"],
+                                   architecture=ckpt.get("architecture", EVALUATION_ARCHITECTURE),
+                                   aux_logits=ckpt["aux_logits"],
                                    transform_input=ckpt["transform_input"],
                                    resolution=ckpt["resolution"])
     model.load_state_dict(ckpt["state_dict"])

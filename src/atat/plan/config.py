@@ -289,11 +289,20 @@ def _check_semantics(config: Mapping[str, Any]) -> None:
         raise ConfigError("invalid configuration: training.lr_milestones: every milestone must "
                           f"be < training.epochs = {training['epochs']}")
     _check_auxiliary_milestones(config)
+    _check_evaluation_network(config)
     aa = config["autoattack"]
     try:
         check_autoattack_settings(aa.get("settings"), aa["version"])
     except ValueError as exc:
         raise ConfigError(f"invalid configuration: autoattack.settings: {exc}") from None
+    for i, rule in enumerate(aa.get("overrides", [])):
+        for key, pool in (("dataset", config["datasets"]),
+                          ("architecture", config["architectures"]),
+                          ("defense", config["defenses"])):
+            value = rule["when"].get(key)
+            if value is not None and value not in pool:
+                raise ConfigError(f"invalid configuration: autoattack.overrides[{i}].when.{key}: "
+                                  f"'{value}' is not defined")
     _check_paper_roles(config)
     _check_names(config)
     _check_early_stopping(config)
@@ -387,6 +396,21 @@ def _check_auxiliary_milestones(config: Mapping[str, Any]) -> None:
                               f"milestone must be < {key}.training.epochs = {recipe['epochs']} "
                               f"(milestones {list(recipe['lr_milestones'])}; defaults from "
                               "atat.plan.inversion_defaults.EVAL_TRAINING_DEFAULTS)")
+
+
+def _check_evaluation_network(config: Mapping[str, Any]) -> None:
+    """``evaluation_model``: Inception-v3 needs inputs of >= 75 px; another architecture (a
+    target architecture as judge) has no auxiliary head (``aux_logits: false``)."""
+    ev = config.get("evaluation_model")
+    if not ev:
+        return
+    arch = str(ev.get("architecture", EVALUATION_BACKBONE))
+    if arch == EVALUATION_BACKBONE and int(ev["resolution"]) < 75:
+        raise ConfigError(f"invalid configuration: evaluation_model.resolution: "
+                          f"{ev['resolution']} px is below Inception-v3's smallest input (75)")
+    if arch != EVALUATION_BACKBONE and ev.get("aux_logits", True):
+        raise ConfigError(f"invalid configuration: evaluation_model.aux_logits: {arch} has no "
+                          "auxiliary head (set aux_logits: false; only inception_v3 has one)")
 
 
 def _check_ranges(config: Mapping[str, Any]) -> None:
@@ -802,6 +826,25 @@ def _check_ifgmi_radii(params: Mapping[str, Any], where: str) -> None:
 def n_classes(config: Mapping[str, Any], dataset: str) -> int:
     ds = config["datasets"][dataset]
     return int(ds.get("n_classes") or ds["synthetic"]["n_private_identities"])
+
+
+def autoattack_params(config: Mapping[str, Any], dataset: str, architecture: str,
+                      defense: str) -> dict[str, Any]:
+    """AutoAttack settings of one model: ``autoattack`` without its ``overrides``, with
+    ``n_examples`` from the last matching ``autoattack.overrides`` entry (the per-cell budget).
+    Computed once per config and model (:func:`memoised`); each call returns its own copy."""
+    return copy_tree(memoised("autoattack_params", config, (dataset, architecture, defense),
+                              lambda: _autoattack_params(config, dataset, architecture, defense)))
+
+
+def _autoattack_params(config: Mapping[str, Any], dataset: str, architecture: str,
+                       defense: str) -> dict[str, Any]:
+    params = {k: v for k, v in config["autoattack"].items() if k != "overrides"}
+    cell = {"dataset": dataset, "architecture": architecture, "defense": defense}
+    for rule in config["autoattack"].get("overrides", []):
+        if all(cell[k] == v for k, v in rule["when"].items()):
+            params["n_examples"] = int(rule["n_examples"])
+    return _canonical(params)
 
 
 def inversion_params(config: Mapping[str, Any], dataset: str, architecture: str, defense: str,

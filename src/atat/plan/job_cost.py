@@ -877,7 +877,8 @@ def _job_cost_for(rule: str, wc: Mapping[str, Any], config: Mapping[str, Any], *
                   n_classes_job: int | None = None, gpu_mem_mb: int | None = None,
                   autoattack_records: Sequence[Mapping[str, Any]] | None = None,
                   survival: str = "estimate") -> JobCost:
-    from atat.plan.config import defense_params, inversion_params, n_classes, training_params
+    from atat.plan.config import (autoattack_params, defense_params, inversion_params,
+                                  n_classes, training_params)
 
     name = "/".join(str(v) for v in wc.values())
     workers = int(config["training"].get("num_workers", 0) or 0)   # every training loader's
@@ -892,7 +893,7 @@ def _job_cost_for(rule: str, wc: Mapping[str, Any], config: Mapping[str, Any], *
                           n_test=n_test, training=training, defense=dp,
                           image_format=image_format(config, ds))
     if rule == "autoattack":
-        aa = config["autoattack"]
+        aa = autoattack_params(config, ds, arch, defense)
         return autoattack_cost(name, architecture=arch, resolution=res,
                                n_classes=n_classes(config, ds), autoattack=aa,
                                n_eps=len(autoattack_epsilons(wc, config)),
