@@ -266,6 +266,10 @@ def test_a_failed_precondition_puts_its_claims_out_of_the_papers_regime(tmp_path
     assert t.loc["causal_atat", "verdict"] == C.NOT_IN_REGIME
     assert "FAILED: AT-AT a synthfaces/resnet18/atat/seed0: 0.8 vs >= 0.5" in \
         t.loc["causal_atat", "regime"]
+    # what the run measured stays in view, first, beside the gate that overrules it
+    assert t.loc["causal_atat", "regime"].startswith("as measured: ")
+    assert t.loc["causal_atat", "regime"].split(";")[0].removeprefix("as measured: ") in \
+        set(C.VERDICTS) - {C.NOT_IN_REGIME}
     assert t.loc["permuted_permuted", "verdict"] == "supported"    # another experiment
     # the gates without rows in this simulated table are not checked, never passed
     assert "regime not checked: recipe, evaluation_model, attack_regime (no rows)" in \

@@ -986,8 +986,8 @@ def regime_of(pc: pd.DataFrame | None, gates: Sequence[str], reads: Reads
 
 def apply_regime(c: Claim, inp: "Inputs", claim_key: str, reads: Reads) -> None:
     """The plan's regime gates of ``claim_key`` on ``c``: a failed one makes the verdict
-    ``not in the paper's regime`` (the regime column names the check, value vs threshold);
-    gates without rows say ``regime not checked``."""
+    ``not in the paper's regime`` (the regime column names the check, value vs threshold, and
+    starts with the verdict as measured); gates without rows say ``regime not checked``."""
     gates = inp.plan.regime(claim_key)
     if not gates:
         c.regime = "no precondition read"
@@ -1002,6 +1002,8 @@ def apply_regime(c: Claim, inp: "Inputs", claim_key: str, reads: Reads) -> None:
         bits.append("passed: " + ", ".join(passed))
     if unchecked:
         bits.append("regime not checked: " + ", ".join(unchecked) + " (no rows)")
+    if failed:   # what the run measured stays visible beside the gate that overrules it
+        bits.insert(0, f"as measured: {c.verdict}")
     c.regime = "; ".join(bits)
     if failed:
         c.verdict = NOT_IN_REGIME

@@ -115,7 +115,8 @@ class ClassifierEvaluationModel(nn.Module):
     """A target architecture's classifier as evaluation model (``evaluation_model.architecture``
     other than Inception-v3), with :class:`EvaluationModel`'s interface: ``features(x)`` the
     penultimate features, ``forward(x)`` the logits, ``forward_train(x)`` → (logits, None); no
-    auxiliary head and no input transform. Inputs are images in [-1, 1] at ``resolution``."""
+    auxiliary head and no input transform; ``head`` is the classifier's. Inputs are images in
+    [-1, 1] at ``resolution``."""
 
     aux_logits = False
     transform_input = False
@@ -129,6 +130,10 @@ class ClassifierEvaluationModel(nn.Module):
     @property
     def architecture(self) -> str:
         return self.classifier.architecture
+
+    @property
+    def head(self) -> nn.Linear:
+        return self.classifier.head
 
     def features(self, x: Tensor) -> Tensor:
         return self.classifier.features(x)
