@@ -1,6 +1,7 @@
 """The inversion job's resume state is discarded when the settings or input networks change."""
 
-from atat.inversion.run import RESUME_STAMP, prepare_resume_dir, resume_fingerprint
+from atat.base.io import RESUME_STAMP, prepare_resume_dir
+from atat.inversion.run import resume_fingerprint
 
 
 def test_resume_state_is_kept_only_for_the_same_settings_and_inputs(tmp_path):

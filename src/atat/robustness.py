@@ -311,7 +311,6 @@ def _library_version() -> str:
 
 
 # --------------------------------------------------------------------------- resume
-RESUME_STAMP = "inputs.json"
 RESUME_RECORD = "record.json"
 
 
@@ -336,22 +335,9 @@ class _ResumeDir:
 
     def __init__(self, path: str | Path, fingerprint: Mapping[str, Any]) -> None:
         self.path = Path(path)
-        fp = json.loads(json.dumps(dict(fingerprint), sort_keys=True))
-        stamp = self.path / RESUME_STAMP
-        kept = False
-        if self.path.exists():
-            try:
-                kept = json.loads(stamp.read_text()) == fp
-            except (OSError, ValueError):
-                kept = False
-            if not kept:
-                log.warning("%s was written for another model, examples or settings: this "
-                            "epsilon starts over", self.path)
-                shutil.rmtree(self.path)
-        if not kept:
-            self.path.mkdir(parents=True)
-            io.write_json(stamp, fp)
-        self.kept = kept
+        self.kept = io.prepare_resume_dir(
+            self.path, fingerprint,
+            stale="was written for another model, examples or settings: this epsilon starts over")
 
     def record(self) -> dict[str, Any] | None:
         """The finished record, or None (none yet, or unreadable: then it is removed)."""

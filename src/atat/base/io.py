@@ -187,3 +187,32 @@ def load_resume(path: str | os.PathLike[str], *, weights_only: bool = True) -> A
         os.replace(path, aside)
         log.warning("%s -- moved it to %s and starting this part over", str(e).rstrip(" ."), aside)
         return None
+
+
+#: the fingerprint file of a resume directory (:func:`prepare_resume_dir`)
+RESUME_STAMP = "inputs.json"
+
+
+def prepare_resume_dir(path: str | os.PathLike[str], fingerprint: Mapping[str, Any], *,
+                       stale: str = "was written for other settings or inputs: starting over"
+                       ) -> bool:
+    """A job's directory of saved progress, kept only if its :data:`RESUME_STAMP` holds the
+    same ``fingerprint`` (everything that determines the job's result); otherwise -- a changed
+    config, a retrained input, an unreadable stamp -- it is emptied with the warning
+    ``<path> <stale>`` and stamped anew, so stale progress is never mixed in. Returns whether
+    earlier progress is kept. Used by AutoAttack (per ε) and the inversion attacks."""
+    d = Path(path)
+    fp = json.loads(json.dumps(dict(fingerprint), sort_keys=True))
+    stamp = d / RESUME_STAMP
+    if d.exists():
+        try:
+            if json.loads(stamp.read_text()) == fp:
+                return True
+        except (OSError, ValueError):
+            pass
+        log.warning("%s %s", d, stale)
+        shutil.rmtree(d)
+    d.mkdir(parents=True)
+    write_json(stamp, fp)
+    return False
+

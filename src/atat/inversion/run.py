@@ -57,7 +57,6 @@ def _discriminator(path: str | Path) -> Discriminator | None:
         return None
 
 
-RESUME_STAMP = "inputs.json"
 
 
 def resume_fingerprint(params: Mapping[str, Any], files: list[str | Path | None]) -> dict[str, Any]:
@@ -66,25 +65,6 @@ def resume_fingerprint(params: Mapping[str, Any], files: list[str | Path | None]
     digests = {str(f): sha256sum(f) for f in files if f is not None and Path(f).is_file()}
     return {"params": json.loads(json.dumps(dict(params), sort_keys=True, default=str)),
             "inputs": digests}
-
-
-def prepare_resume_dir(resume_dir: str | Path, fingerprint: Mapping[str, Any]) -> bool:
-    """Keep ``resume_dir`` only if it was written for the same settings and inputs; otherwise
-    empty it (a changed config or a retrained model makes its files stale) and stamp it.
-    Returns whether earlier progress is kept."""
-    d = Path(resume_dir)
-    stamp = d / RESUME_STAMP
-    if d.exists():
-        try:
-            if json.loads(stamp.read_text()) == json.loads(json.dumps(dict(fingerprint))):
-                return True
-        except (OSError, ValueError):
-            pass
-        log.warning("%s was written for other settings or inputs: starting over", d)
-        shutil.rmtree(d)
-    d.mkdir(parents=True)
-    io.write_json(stamp, dict(fingerprint))
-    return False
 
 
 def _digest(path: str | Path | None) -> str | None:
@@ -213,7 +193,7 @@ def invert_classes(*, attack: str, params: Mapping[str, Any], model_path: str | 
         inputs = [model_path, generator_path, evaluation_path, face_path,
                   *(dict(perceptual or {}).values())]
         stamp = dict(params) if class_range is None else {**params, "class_range": list(rng)}
-        if prepare_resume_dir(resume_dir, resume_fingerprint(stamp, inputs)):
+        if io.prepare_resume_dir(resume_dir, resume_fingerprint(stamp, inputs)):
             log.info("resuming from %s", resume_dir)
 
     if attack == "ppa":
