@@ -247,3 +247,20 @@ def test_network_memory_is_frozen_and_scalable():
     with pytest.raises(dataclasses.FrozenInstanceError):
         e.params = 1   # type: ignore[misc]
     assert e.scaled(2.0).input_grad == 2 * e.input_grad
+
+
+def test_the_demos_pretraining_jobs_have_a_memory_model():
+    """pretrain_backbone (the embedded default's pretraining) is priced as a training job of
+    its backbone on the population's identities, and named with the keys that lower it."""
+    from atat.plan.config import load_config, pretraining_backbones
+
+    root = Path(__file__).resolve().parents[1]
+    demo = load_config(root / "config" / "config.yaml", root / "config" / "demo.yaml")
+    sizes = {}
+    for arch, res in pretraining_backbones(demo):
+        wc = {"backbone": arch, "res": str(res)}
+        sizes[arch] = gm.job_gpu_mem_mb("pretrain_backbone", wc, demo)
+        assert sizes[arch] is not None and 1000 <= sizes[arch] <= 8000, (arch, sizes[arch])
+        shape, remedy = gm.describe_job("pretrain_backbone", wc, demo)
+        assert arch in shape and "pretraining.training.batch_size" in remedy
+    assert set(sizes) >= {"resnet18", "resnet10"}

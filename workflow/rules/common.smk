@@ -907,7 +907,8 @@ def gpu_card(rule, resource):
 @functools.lru_cache(maxsize=None)
 def planned_gpu_jobs():
     """(rule, wildcards) of every GPU job of the config: its models' training, AutoAttack,
-    HSIC and inversion (per shard), the evaluation models, the real-image embeddings."""
+    HSIC and inversion (per shard), the pretrained backbones (embedded default), the evaluation
+    models, the real-image embeddings."""
     out = []
     # the HSIC tables' models and every HSIC file `all` asks for itself (the grid's)
     hsic = {
@@ -926,6 +927,8 @@ def planned_gpu_jobs():
                 out.append(("invert", {**cell, "attack": a}))
             for start, stop in shards if len(shards) > 1 else []:
                 out.append(("invert_shard", {**cell, "attack": a, "start": start, "stop": stop}))
+    for backbone, res in sorted(PRETRAIN):
+        out.append(("pretrain_backbone", dict(backbone=backbone, res=res)))
     for ds in sorted({r.dataset for r in RUNS}):
         if config.get("evaluation_model"):
             out.append(("train_evaluation_model", dict(dataset=ds)))

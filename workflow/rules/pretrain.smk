@@ -46,9 +46,13 @@ rule pretrain_backbone:
     priority: 60
     threads: 8
     resources:
-        gpu=gpu_count("pretrain_backbone"),  # 0 under device: cpu; any card (no memory model)
+        gpu=gpu_count("pretrain_backbone"),  # 0 under device: cpu
+        # the card that holds the job (atat.plan.gpu_memory; cluster settings' gpu_cards)
+        gpu_mem_mb=gpu_mem_mb("pretrain_backbone"),
+        gpu_model=gpu_card("pretrain_backbone", "gpu_model"),
+        constraint=gpu_card("pretrain_backbone", "constraint"),
         mem_mb=16000,
-        runtime=4 * 60,
+        runtime=runtime_min("pretrain_backbone"),
     conda:
         "../../envs/torch.yaml"
     script:

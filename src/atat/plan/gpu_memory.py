@@ -252,7 +252,8 @@ def inversion_job_mb(config: Mapping[str, Any], dataset: str, arch: str, defense
 def job_gpu_mem_mb(rule: str, wc: Mapping[str, Any], config: Mapping[str, Any]) -> int | None:
     """GPU memory (MiB, rounded up to 1000) of the job of ``rule`` with wildcards ``wc``; 0 for
     a rule invert job that merges its shards' parts; None for a rule without a memory model
-    (train_generator, the embedded default's small prior)."""
+    (train_generator, the embedded default's small prior). pretrain_backbone (the embedded
+    default's pretraining) is priced as a training job of its backbone."""
     from atat.plan.config import defense_params, n_classes, training_params
     from atat.plan.job_cost import _scorers, class_shards, dataset_images
 
@@ -280,6 +281,13 @@ def job_gpu_mem_mb(rule: str, wc: Mapping[str, Any], config: Mapping[str, Any]) 
         return gpu_mb(evaluation_bytes(str(ev.get("architecture", "inception_v3")),
                                        int(ev["resolution"]), n_classes=n_classes(config, ds),
                                        batch_size=int(ev["training"]["batch_size"])))
+    if rule == "pretrain_backbone":   # a classifier of the population's identities
+        from atat.plan.config import pretraining_backbones
+
+        arch, res = str(wc["backbone"]), int(wc["res"])
+        entry = pretraining_backbones(config)[(arch, res)]
+        return gpu_mb(train_bytes(arch, res, batch_size=int(entry["training"]["batch_size"]),
+                                  n_classes=int(config["pretraining"]["population"]["identities"])))
     if rule == "real_embeddings":
         ds = wc["dataset"]
         evaluation, face = _scorers(config, ds)
@@ -316,4 +324,8 @@ def describe_job(rule: str, wc: Mapping[str, Any], config: Mapping[str, Any]) ->
         ev = config["evaluation_model"]
         return (f"{ev.get('architecture', 'inception_v3')} at {ev['resolution']} px, batch "
                 f"{ev['training']['batch_size']}", "a smaller evaluation_model.training.batch_size")
+    if rule == "pretrain_backbone":
+        return (f"{wc['backbone']} at {wc['res']} px (pretraining)",
+                f"a smaller pretraining.training.batch_size (or pretraining.backbones."
+                f"{wc['backbone']}.batch_size)")
     return rule, "a larger card"
