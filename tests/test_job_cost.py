@@ -863,8 +863,8 @@ def test_the_demo_dag_plans_the_pretraining_jobs():
     jobs, config = fc.dag_jobs([DEMO])
     planned = sorted((r, tuple(sorted(wc.items()))) for r, wc, _ in jobs
                      if r.startswith("pretrain"))
-    backbones = sorted(pretraining_backbones(config))   # the 32 px targets' (not Inception-v3's
-    assert len(backbones) == 3                          # while the judge trains from scratch)
+    backbones = sorted(pretraining_backbones(config))   # the 32 px targets' (the judge, a
+    assert len(backbones) == 3                          # ResNet-10, shares ResNet-10's)
     assert planned == [("pretrain_backbone", (("backbone", arch), ("res", str(res))))
                        for arch, res in backbones] + [("pretraining_population", ())]
     rows = {r.rule: r for r in fc.forecast(jobs, config, gpu=None,

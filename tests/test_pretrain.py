@@ -205,10 +205,11 @@ def test_the_config_plans_one_backbone_per_architecture_and_resolution(demo):
                                  ("resnet18", 32)]   # the face network shares ResNet-18 at 32 px
     assert backbones[("resnet18", 32)]["training"]["epochs"] == 8
     assert not any(b["aux_logits"] for b in backbones.values())
-    # the evaluation model is from scratch on the demo; switched on, its Inception-v3 is planned
-    # with its own entry of pretraining.backbones
+    # the demo's judge is a ResNet-10 at 32 px: it shares that backbone; an Inception-v3 judge
+    # is planned with its own entry of pretraining.backbones
+    assert demo["evaluation_model"]["architecture"] == "resnet10"
     on = copy.deepcopy(demo)
-    on["evaluation_model"]["pretrained"] = True
+    on["evaluation_model"].update(architecture="inception_v3", resolution=80)
     inception = pretraining_backbones(on)[("inception_v3", 80)]
     assert inception["training"]["epochs"] == 3 and inception["training"]["head_init"] == "zero"
     assert inception["training"]["batch_size"] == 32 and not inception["aux_logits"]
@@ -283,8 +284,8 @@ FED = ["results/models/synthfaces/resnet18/tldmi/seed0/model.pt",
 @pytest.mark.slow
 def test_the_paper_dag_has_no_pretraining_and_the_demo_pretrains_upstream():
     """Paper config: no pretraining job (its pretrained nets load torchvision's files). Demo: the
-    population and each backbone feed every target model and public classifier; the
-    evaluation model is from scratch there (docs/decisions.md#pretraining)."""
+    population and each backbone feed every target model, public classifier and the
+    evaluation model (ResNet-10's backbone, docs/decisions.md#the-evaluation-models-architecture)."""
     paper = _snakemake("all", "-n", "--quiet", "rules")
     assert "train_model" in paper and "pretrain" not in paper
     dag = _snakemake(*FED, "--forceall", "--dag", "--configfile", str(DEMO))
@@ -299,7 +300,7 @@ def test_the_paper_dag_has_no_pretraining_and_the_demo_pretrains_upstream():
             a, b = (part.strip().rstrip(";") for part in line.split("->"))
             fed.setdefault(rule_of[b], set()).add(rule_of[a])
     assert sum(r == "pretrain_backbone" for r in rule_of.values()) == 3
-    for rule in ("train_model", "train_face_embedding", "train_instrument_classifier"):
+    for rule in ("train_model", "train_face_embedding", "train_instrument_classifier",
+                 "train_evaluation_model"):
         assert "pretrain_backbone" in fed[rule], rule
-    assert "pretrain_backbone" not in fed["train_evaluation_model"]
     assert fed["pretrain_backbone"] == {"pretraining_population"}
