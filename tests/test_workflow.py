@@ -112,8 +112,18 @@ def test_trained_models_flow_into_the_statistics(tmp_path):
     tidy = pd.read_csv(tmp_path / "results" / "stats" / "regressions.csv")
     generic = summary[summary["treatment"].isna()]
     varies = generic["ppa_attacc1"].nunique() > 1
-    t15 = tidy[tidy["spec"].str.startswith("T15_ppa")]
+    # the pre-registered fits; the sensitivity refits without MID (config/regressions.yaml
+    # sensitivity.without_randomised) have fewer rows and are checked below
+    sens = tidy["spec"].str.endswith("__without_randomised")
+    t15 = tidy[tidy["spec"].str.startswith("T15_ppa") & ~sens]
     assert not t15.empty, tidy[["spec", "status", "reason"]].drop_duplicates().to_string()
+    t15_sens = tidy[tidy["spec"].str.startswith("T15_ppa") & sens]
+    n_randomised = int((generic["defense"] == "mid").sum())
+    fitted = t15_sens[t15_sens["status"] == "ok"]    # too few rows for the larger ones: skipped
+    assert not t15_sens.empty and (fitted["n"] == 6 - n_randomised).all(), \
+        t15_sens[["spec", "n", "status"]].drop_duplicates().to_string()
+    skipped = t15_sens[t15_sens["status"] != "ok"]
+    assert (skipped["status"] == "skipped").all() and skipped["reason"].str.len().gt(0).all()
     fig2 = tidy[tidy["spec"] == "T15_ppa_generic_joint_ols"]
     png = (tmp_path / STATS_TARGETS[-1]).read_bytes()
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 5000
