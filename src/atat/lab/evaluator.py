@@ -60,14 +60,9 @@ def choose(rows: pd.DataFrame, n_val: int, architectures: Sequence[str] = ARCHIT
 
 
 def _load_recipe(configfiles: Sequence[str]) -> dict[str, Any]:
-    import yaml
+    from atat.plan.config import load_config
 
-    from atat.plan.config import deep_merge
-
-    config: dict[str, Any] = {}
-    for f in configfiles:
-        config = deep_merge(config, yaml.safe_load(Path(f).read_text()) or {})
-    return config["evaluation_model"]
+    return load_config(*configfiles)["evaluation_model"]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -113,7 +108,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         rows.append({"index": i, **{k: c[k] for k in ("architecture", "epochs", "lr")},
                      "train_acc": m["train_acc"], "val_acc": m["val_acc"],
                      "test_acc": m["test_acc"], "best_epoch": m["best_epoch"],
-                     "n_val": None, "n_test": m["n_test"],
+                     "n_test": m["n_test"],
                      "cpu_s": round(time.process_time() - t0, 1),
                      "host": f"{socket.gethostname()} {platform.processor() or platform.machine()}",
                      "date": datetime.date.today().isoformat()})
