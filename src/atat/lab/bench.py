@@ -627,7 +627,7 @@ def inversion_networks(cfg: Mapping[str, Any], seed: int = 0) -> dict[str, nn.Mo
     """Randomly initialised networks of the demo's shapes: the prior (G and D of
     ``generators.<name>.train``, built by :func:`atat.inversion.stylegan2.train_small_generator`
     with 0 steps), the target ResNet-18 through the NoDef inference path, the evaluation model
-    and the face-embedding network (also PPDG's perceptual network)."""
+    (the config's ``evaluation_model.architecture``) and the face-embedding network (also PPDG's perceptual network)."""
     import inspect
 
     from atat.training.defenses import ModelContext, build_defense
@@ -649,7 +649,9 @@ def inversion_networks(cfg: Mapping[str, Any], seed: int = 0) -> dict[str, nn.Mo
     defense = build_defense(variant, n_classes, context=ModelContext("resnet18", res))
     target = TargetLogits(defense.build_model(build_model("resnet18", n_classes)), defense).eval()
     ev = cfg["evaluation_model"]
-    evaluation = build_evaluation_model(n_classes, aux_logits=bool(ev.get("aux_logits", True)),
+    evaluation = build_evaluation_model(n_classes,
+                                        architecture=str(ev.get("architecture", "inception_v3")),
+                                        aux_logits=bool(ev.get("aux_logits", True)),
                                         resolution=int(ev["resolution"])).eval()
     fe = cfg["face_embedding"]
     n_public = int(ds["synthetic"]["n_public_identities"])
