@@ -627,7 +627,8 @@ def inversion_networks(cfg: Mapping[str, Any], seed: int = 0) -> dict[str, nn.Mo
     """Randomly initialised networks of the demo's shapes: the prior (G and D of
     ``generators.<name>.train``, built by :func:`atat.inversion.stylegan2.train_small_generator`
     with 0 steps), the target ResNet-18 through the NoDef inference path, the evaluation model
-    (the config's ``evaluation_model.architecture``) and the face-embedding network (also PPDG's perceptual network)."""
+    (the config's ``evaluation_model.architecture``) and the face-embedding network (also
+    PPDG's perceptual network)."""
     import inspect
 
     from atat.training.defenses import ModelContext, build_defense
