@@ -3,11 +3,13 @@ radius and AutoAttack's applied radii read the same factor; a meaningless factor
 ConfigError naming epsilon_scale.factor; the radii tool measures what it says."""
 
 import copy
+import json
 import math
 from pathlib import Path
 
 import pytest
 import torch
+import yaml
 from torch import nn
 
 from atat.plan import eps_scale
@@ -214,6 +216,61 @@ def test_compare_gives_the_exponent_and_the_factor_it_implies():
     assert out["pgd"]["q50"]["factor"] == pytest.approx(49.0)
     out = compare(rec(32, 0.004), rec(64, 0.002))
     assert out["first_order"]["q50"]["factor"] == pytest.approx(7.0)
+
+
+def test_the_training_attack_scan_is_monotone_and_leaves_the_model_untouched():
+    """revision 2's measurement: AT-AT's own targeted attack at factor x its ε; on a linear
+    model (inputs in [-1, 1]) it succeeds on no image at a radius far below every margin and
+    on every image far above, and a BatchNorm network's running statistics are not touched
+    by the train-mode pass (it runs on a copy)."""
+    from atat.lab.radii import training_attack_success
+
+    gen = torch.Generator().manual_seed(0)
+    w = torch.randn(3 * 6 * 6, generator=gen)
+
+    class Two(nn.Module):
+        def forward(self, x):
+            s = x.flatten(1) @ w
+            return torch.stack([torch.zeros_like(s), s], 1)
+
+    x = 0.05 * torch.randn(40, 3, 6, 6, generator=gen)
+    net = Two()
+    y = net(x).argmax(1)
+    margin = (x.flatten(1) @ w).abs()
+    unit = 0.0005 * float(w.abs().sum())            # factor 1: the paper's ε times ||w||_1
+    lo, hi = float(margin.min()) / unit / 4, float(margin.max()) / unit * 8
+    out = training_attack_success(net, x, y, n_classes=2, factors=(lo, hi), batch_size=16)
+    assert out[format(lo, "g")]["targeted_success"] == 0.0
+    assert out[format(hi, "g")]["targeted_success"] == 1.0
+    assert out[format(hi, "g")]["epsilon_pixel_units"] == pytest.approx(hi * 0.0005 / 2)
+
+    bn = nn.Sequential(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4), nn.Flatten(), nn.LazyLinear(3))
+    bn(torch.randn(2, 3, 6, 6))
+    bn.eval()
+    before = {k: v.clone() for k, v in bn.state_dict().items()}
+    training_attack_success(bn, x, torch.randint(0, 3, (40,), generator=gen), n_classes=3,
+                            factors=(1.0, 50.0))
+    assert not bn.training
+    assert all(torch.equal(before[k], v) for k, v in bn.state_dict().items())
+
+
+def test_the_anchor_takes_the_smallest_factor_at_half_success_else_the_ladders_end():
+    from atat.lab.radii import anchor_factor
+
+    def scan(*pairs):
+        return {format(f, "g"): {"targeted_success": s} for f, s in pairs}
+
+    got = anchor_factor(scan((1, 0.0), (2, 0.1), (5, 0.4), (10, 0.8), (20, 0.9)))
+    assert got["factor"] == 10.0
+    assert 5 < got["interpolated"] < 10
+    assert anchor_factor(scan((1, 0.0), (20, 0.002), (50, 0.028))) == {"factor": 50.0,
+                                                                        "interpolated": None}
+    assert anchor_factor(scan((1, 0.6), (2, 0.9)))["factor"] == 1.0
+    # the measurement of 2026-12-07 (docs/decisions.md#one-ε-scale) and the demo's factor
+    rec = json.loads((ROOT / "tests" / "data" / "eps_anchor_2026-12-07.json").read_text())
+    assert anchor_factor(rec["train_mode"])["factor"] == rec["anchor"]["factor"] == 50.0
+    demo = yaml.safe_load((ROOT / "config" / "demo.yaml").read_text())
+    assert demo["epsilon_scale"]["factor"] == rec["anchor"]["factor"]
 
 
 # --------------------------------------------------------------------------- randomised defenses

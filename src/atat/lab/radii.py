@@ -199,6 +199,125 @@ def measure(model_path: str | Path, dataset_root: str | Path, *, resolution: int
     return record
 
 
+
+#: the ladder of factors of the training-side anchor (docs/decisions.md#one-ε-scale, revision 2)
+TRAINING_ATTACK_LADDER = (1.0, 2.0, 5.0, 10.0, 20.0, 50.0)
+
+
+def training_attack_success(model: nn.Module, x_input: Tensor, y: Tensor, *, n_classes: int,
+                            factors: Sequence[float] = TRAINING_ATTACK_LADDER,
+                            batch_size: int = 64, seed: int = 0, train_mode: bool = True,
+                            settings: dict[str, Any] | None = None) -> dict[str, dict[str, float]]:
+    """AT-AT's own training attack (:func:`atat.training.pgd.pgd`, targeted to
+    :func:`~atat.training.pgd.sample_targets`, AT-AT's iterations, step ε/5, random start) at
+    ``f x`` AT-AT's paper ε (input units) for each factor: the share of ``x_input`` (in [-1, 1]
+    input units) classified as its target after the attack, and the share no longer classified
+    as its label. ``train_mode``: the network in train mode on seeded batches of
+    ``batch_size`` (BatchNorm on batch statistics, as AT-AT's training attacks and logs), on a
+    copy of ``model``, so the caller's model and its running statistics are untouched. Every
+    factor sees the same batches and targets (one seed)."""
+    import copy
+
+    from atat.training.defense_defaults import ATAT_DEFAULTS
+    from atat.training.pgd import pgd, sample_targets
+
+    p = {**ATAT_DEFAULTS, **(settings or {})}
+    net = copy.deepcopy(model)
+    net.train(train_mode)
+    for q in net.parameters():
+        q.requires_grad_(False)
+    out: dict[str, dict[str, float]] = {}
+    for f in factors:
+        g = torch.Generator().manual_seed(int(seed))
+        order = torch.randperm(len(y), generator=g)
+        hit = flip = 0
+        for i in range(0, len(y), batch_size):
+            idx = order[i:i + batch_size]
+            xb, yb = x_input[idx], y[idx]
+            targets = sample_targets(yb, n_classes, g)
+            x_adv = pgd(net, xb, targets, epsilon=f * p["epsilon"],
+                        step_size=f * p["step_size"], iterations=int(p["iterations"]),
+                        targeted=True, random_start=bool(p["random_start"]), generator=g)
+            with torch.no_grad():
+                pred = net(x_adv).argmax(1)
+            hit += int((pred == targets).sum())
+            flip += int((pred != yb).sum())
+        out[format(f, "g")] = {"epsilon_input_units": f * p["epsilon"],
+                               "epsilon_pixel_units": input_to_pixel(f * p["epsilon"]),
+                               "targeted_success": hit / len(y), "untargeted_flip": flip / len(y)}
+    return out
+
+
+def anchor_factor(success: dict[str, dict[str, float]], threshold: float = 0.5
+                  ) -> dict[str, float | None]:
+    """The rule of revision 2: the smallest factor whose targeted success is >= ``threshold``
+    (none on the ladder: its largest), and the log-linear interpolated factor at the threshold
+    (reported only; None when the ladder does not bracket it)."""
+    rows = sorted((float(k), v["targeted_success"]) for k, v in success.items())
+    chosen = next((f for f, s in rows if s >= threshold), rows[-1][0])
+    interp = None
+    for (f0, s0), (f1, s1) in zip(rows, rows[1:]):
+        if s0 < threshold <= s1:
+            interp = math.exp(math.log(f0) + (threshold - s0) / (s1 - s0)
+                              * (math.log(f1) - math.log(f0)))
+            break
+    if rows[0][1] >= threshold:
+        interp = rows[0][0]
+    return {"factor": chosen, "interpolated": interp}
+
+
+def measure_training_attack(model_path: str | Path, dataset_root: str | Path, *,
+                            resolution: int, split: str = "train", seed: int = 0,
+                            factors: Sequence[float] = TRAINING_ATTACK_LADDER
+                            ) -> dict[str, Any]:
+    """The JSON record of the training-side anchor on one model file (train and eval mode)."""
+    from atat.training.train import load_model
+
+    torch.manual_seed(seed)
+    model, defense, ckpt = load_model(model_path, "cpu")
+    from atat.data.loading import make_loader
+
+    loader = make_loader(dataset_root, split, resolution=resolution, batch_size=256,
+                         train=False, normalize=True)
+    xs, ys = zip(*loader)
+    x_input, y = torch.cat(xs), torch.cat(ys)   # [-1, 1] input units, every image of the split
+    net = _Logits(model, defense)
+    t0 = time.process_time()
+    with torch.no_grad():
+        clean = float((net.eval()(x_input).argmax(1) == y).float().mean())
+    rec: dict[str, Any] = {
+        "model": str(model_path), "model_id": ckpt.get("model_id"), "resolution": resolution,
+        "split": split, "n_examples": len(y), "clean_accuracy_eval_mode": clean,
+        "attack": "AT-AT's training PGD (targeted, atat.training.defense_defaults.ATAT_DEFAULTS"
+                  " x factor), seed %d" % seed,
+        "rule": "smallest factor with train-mode targeted success >= 0.5 "
+                "(docs/decisions.md#one-ε-scale, revision 2)",
+    }
+    for mode in ("train", "eval"):
+        rec[f"{mode}_mode"] = training_attack_success(
+            net, x_input, y, n_classes=int(ckpt["n_classes"]), factors=factors, seed=seed,
+            train_mode=(mode == "train"))
+    rec["anchor"] = anchor_factor(rec["train_mode"])
+    rec["anchor_eval_mode"] = anchor_factor(rec["eval_mode"])
+    rec["cpu_seconds"] = time.process_time() - t0
+    rec["host"] = f"{platform.node()} ({platform.processor() or platform.machine()})"
+    rec["date"] = datetime.date.today().isoformat()
+    rec["torch_version"] = torch.__version__
+    return rec
+
+
+class _Logits(nn.Module):
+    """A trained model through its defense's inference path, on [-1, 1] inputs."""
+
+    def __init__(self, model: nn.Module, defense: Any) -> None:
+        super().__init__()
+        self.inner = model
+        self.defense = defense
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.defense.logits(self.inner, x)
+
+
 def compare(a: dict[str, Any], b: dict[str, Any], target_resolution: int = 224
             ) -> dict[str, Any]:
     """The exponent of median radius ∝ resolution^-a from two records and the factor it
@@ -236,6 +355,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--out")
     ap.add_argument("--compare", nargs=2, metavar=("A_JSON", "B_JSON"))
+    ap.add_argument("--training-attack", action="store_true",
+                    help="AT-AT's training attack at each --factor on --split (default: the "
+                         "ladder of docs/decisions.md#one-ε-scale, revision 2)")
     ap.add_argument("--target-resolution", type=int, default=224)
     args = ap.parse_args(argv)
     if args.compare:
@@ -248,6 +370,16 @@ def main(argv: Sequence[str] | None = None) -> None:
         resolution = args.resolution
         if resolution is None:
             resolution = int(io.torch_load(args.model)["resolution"])
+        if args.training_attack:
+            factors = (TRAINING_ATTACK_LADDER if args.factor == [1.0] else args.factor)
+            result = measure_training_attack(args.model, args.dataset_root,
+                                             resolution=resolution, split=args.split,
+                                             seed=args.seed, factors=factors)
+            text = json.dumps(result, indent=1, default=float)
+            if args.out:
+                io.write_text(args.out, text + "\n")
+            print(text)
+            return
         result = measure(args.model, args.dataset_root, resolution=resolution,
                          split=args.split, n_examples=args.n_examples, factors=args.factor,
                          steps=args.steps, iterations=args.iterations, seed=args.seed,
