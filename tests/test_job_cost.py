@@ -780,7 +780,8 @@ def test_a_training_job_costs_the_slower_of_the_gpu_and_its_loaders(paper, demo)
 #: rendering the pretraining population and of each backbone's pretraining, one thread, on the
 #: Intel host under load 3-9 (Inception-v3: ~200 CPU-s per epoch at batch 128, 3 epochs)
 PRETRAINING_MEASURED = {"population": 32.0, ("resnet18", 32): 305.7, ("resnet10", 32): 188.5,
-                       ("densenet47", 32): 180.1, ("inception_v3", 80): 600.0}
+                       ("densenet47", 32): 180.1, ("inception_v3", 80): 600.0,
+                       ("resnet10", 64): 663.5}   # the judge's, 2026-12-07 (decisions.md)
 
 
 def test_the_pretraining_is_priced_per_image_and_epoch_within_30_percent_of_its_measurement(demo):
@@ -863,8 +864,8 @@ def test_the_demo_dag_plans_the_pretraining_jobs():
     jobs, config = fc.dag_jobs([DEMO])
     planned = sorted((r, tuple(sorted(wc.items()))) for r, wc, _ in jobs
                      if r.startswith("pretrain"))
-    backbones = sorted(pretraining_backbones(config))   # the 32 px targets' (the judge, a
-    assert len(backbones) == 3                          # ResNet-10, shares ResNet-10's)
+    backbones = sorted(pretraining_backbones(config))   # the 32 px targets' and the judge's
+    assert len(backbones) == 4                          # own ResNet-10 at 64 px
     assert planned == [("pretrain_backbone", (("backbone", arch), ("res", str(res))))
                        for arch, res in backbones] + [("pretraining_population", ())]
     rows = {r.rule: r for r in fc.forecast(jobs, config, gpu=None,

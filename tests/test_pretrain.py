@@ -201,13 +201,14 @@ def test_a_file_of_another_network_is_refused(tmp_path):
 def test_the_config_plans_one_backbone_per_architecture_and_resolution(demo):
     validate_config(demo)
     backbones = pretraining_backbones(demo)
-    assert sorted(backbones) == [("densenet47", 32), ("resnet10", 32),
+    assert sorted(backbones) == [("densenet47", 32), ("resnet10", 32), ("resnet10", 64),
                                  ("resnet18", 32)]   # the face network shares ResNet-18 at 32 px
     assert backbones[("resnet18", 32)]["training"]["epochs"] == 8
     assert not any(b["aux_logits"] for b in backbones.values())
-    # the demo's judge is a ResNet-10 at 32 px: it shares that backbone; an Inception-v3 judge
-    # is planned with its own entry of pretraining.backbones
-    assert demo["evaluation_model"]["architecture"] == "resnet10"
+    # the demo's judge is a ResNet-10 at 64 px: its own backbone, shared with no 32 px target;
+    # an Inception-v3 judge is planned with its own entry of pretraining.backbones
+    assert (demo["evaluation_model"]["architecture"], demo["evaluation_model"]["resolution"]) \
+        == ("resnet10", 64)
     on = copy.deepcopy(demo)
     on["evaluation_model"].update(architecture="inception_v3", resolution=80)
     inception = pretraining_backbones(on)[("inception_v3", 80)]
@@ -285,7 +286,7 @@ FED = ["results/models/synthfaces/resnet18/tldmi/seed0/model.pt",
 def test_the_paper_dag_has_no_pretraining_and_the_demo_pretrains_upstream():
     """Paper config: no pretraining job (its pretrained nets load torchvision's files). Demo: the
     population and each backbone feed every target model, public classifier and the
-    evaluation model (ResNet-10's backbone, docs/decisions.md#the-evaluation-models-architecture)."""
+    evaluation model (ResNet-10's at 64 px, docs/decisions.md#the-evaluation-models-architecture)."""
     paper = _snakemake("all", "-n", "--quiet", "rules")
     assert "train_model" in paper and "pretrain" not in paper
     dag = _snakemake(*FED, "--forceall", "--dag", "--configfile", str(DEMO))
@@ -299,7 +300,7 @@ def test_the_paper_dag_has_no_pretraining_and_the_demo_pretrains_upstream():
         if "->" in line:
             a, b = (part.strip().rstrip(";") for part in line.split("->"))
             fed.setdefault(rule_of[b], set()).add(rule_of[a])
-    assert sum(r == "pretrain_backbone" for r in rule_of.values()) == 3
+    assert sum(r == "pretrain_backbone" for r in rule_of.values()) == 4
     for rule in ("train_model", "train_face_embedding", "train_instrument_classifier",
                  "train_evaluation_model"):
         assert "pretrain_backbone" in fed[rule], rule
