@@ -37,5 +37,6 @@ rule all:
 
 # every input/params/resource function's signature read once, not per job, and each rule's
 # script read once for its jobs' check (common.smk)
+assign_partitions()
 cache_function_signatures()
 cache_script_sources()

@@ -167,6 +167,23 @@ def test_cluster_settings_file_merged_key_by_key(tmp_path):
         cl.load_cluster_settings({"cluster_settings": "none", "gpu_card_resource": "gres"}, ROOT)
 
 
+def test_partitions_are_one_setting_and_a_job_without_a_gpu_gets_the_cpu_one(tmp_path):
+    """cluster settings `partitions` (atat.plan.cluster): the one home of the partition names;
+    a job that requests a GPU asks for `gpu`, every other job for `cpu`; absent: none."""
+    default = cl.load_cluster_settings({}, ROOT)
+    assert default["partitions"] == {"gpu": "gpu", "cpu": "cpu"}   # the profile's file
+    assert cl.job_partition(default["partitions"], True) == "gpu"
+    assert cl.job_partition(default["partitions"], False) == "cpu"
+    assert cl.load_cluster_settings({"cluster_settings": "none"}, ROOT)["partitions"] is None
+    assert cl.job_partition(None, True) is None
+    mine = cl.load_cluster_settings({"partitions": {"gpu": "a100q", "cpu": "short"}}, ROOT)
+    assert mine["partitions"] == {"gpu": "a100q", "cpu": "short"}
+    assert [c.name for c in mine["gpu_cards"]] == [c.name for c in default["gpu_cards"]]
+    for bad in ({"gpu": "a"}, {"gpu": "a", "cpu": "b", "big": "c"}, "gpu", {"gpu": "a b", "cpu": "c"}):
+        with pytest.raises(ValueError, match="partitions"):
+            cl.load_cluster_settings({"cluster_settings": "none", "partitions": bad}, ROOT)
+
+
 def test_cards_parse_with_compute_capability_and_unsupported_ones_are_named():
     cards = cl.parse_cards("v100=32000@7.0, a100=80000@8.0,l40s=48000")
     assert [(c.name, c.mb, c.capability) for c in cards] == [

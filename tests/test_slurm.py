@@ -46,10 +46,6 @@ THREADS = ["--set-threads", "train_model=1", "autoattack=1", "measure_hsic=1",
 TARGETS = ["results/tables/table4.csv", "results/summary.csv"]
 
 
-GPU_RULES = {"train_model", "autoattack", "measure_hsic", "train_evaluation_model", "train_generator",
-             "invert", "real_embeddings", "pretrain_backbone"}
-
-
 def snakemake_cmd(workdir: Path, *args: str) -> list[str]:
     return [sys.executable, "-m", "snakemake", "--directory", str(workdir), "--configfile",
             str(ROOT / "config" / "demo.yaml"), str(workdir / "tiny.yaml"), *args]
@@ -142,10 +138,9 @@ def test_every_job_went_through_sbatch(runs):
     # synthfaces, 2 x train, 2 x autoattack (the demo's autoattack.job per_model: both
     # epsilons of a model in one job), summary, table4
     assert sum(local.values()) >= 7 and local["autoattack"] == 2, local
-    # GPU rules went to the GPU partition of the profile, the rest to the CPU partition
-    for j in runs["jobs"]:
-        rule = re.match(r"rule_(\w+?)(_wildcards_|$)", j["comment"]).group(1)
-        assert j["partition"] == ("gpu" if rule in GPU_RULES else "cpu"), j
+    # the demo runs without a GPU (device: cpu): every job, GPU rules' included, went to the
+    # CPU partition of the cluster settings (`partitions`), none to the GPU partition
+    assert {j["partition"] for j in runs["jobs"]} == {"cpu"}, runs["jobs"]
 
 
 @pytest.mark.slurm
@@ -186,10 +181,11 @@ def _gpu_rules() -> set[str]:
 
 
 def test_every_gpu_rule_has_a_block_in_both_profiles():
-    """Rules declaring gpu= need a GPU block in profiles/slurm (partition, CPUs per GPU) that
-    leaves the GPU request to the rule -- no gpu, card or runtime there, which would replace
-    the per-job choice (a merging invert job, device: cpu, the card for the job's memory) --
-    and gpu: 0 in the test overlay (the test cluster has no GPUs)."""
+    """Rules declaring gpu= need a GPU block in profiles/slurm (CPUs per GPU) that leaves the
+    GPU request and the partition to the rule -- no gpu, card, runtime or partition there,
+    which would replace the per-job choice (a merging invert, device: cpu, the card for the
+    job's memory) -- and gpu: 0 in the test overlay (the test cluster has no GPUs). No
+    profile names a partition: the cluster settings' `partitions` is their one home."""
     import yaml
 
     declared = _gpu_rules()
@@ -198,12 +194,16 @@ def test_every_gpu_rule_has_a_block_in_both_profiles():
     test = yaml.safe_load((ROOT / "profiles" / "slurm-test" / "config.yaml").read_text())["set-resources"]
     for rule in declared:
         block = prod["set-resources"].get(rule, {})
-        assert "slurm_partition" in block and "cpus_per_gpu" in block, rule
-        assert not {"gpu", "gpu_model", "constraint", "gres"} & set(block), (rule, block)
+        assert "cpus_per_gpu" in block, rule
+        assert not {"gpu", "gpu_model", "constraint", "gres", "slurm_partition"} & set(block), \
+            (rule, block)
         assert "runtime" not in block or rule == "train_generator", rule
         assert test.get(rule, {}).get("gpu") == 0 and test[rule].get("gpu_model", 0) is None, rule
     assert not any("cpus_per_task" in v for k, v in prod["set-resources"].items() if k in declared)
     assert "cpus_per_task" not in prod["default-resources"]
+    for profile in ("slurm", "slurm-test"):
+        text = (ROOT / "profiles" / profile / "config.yaml").read_text()
+        assert not re.search(r"^\s*slurm_partition:", text, re.M), profile
     # the cluster's settings are a file of their own, not a `config:` list a --config replaces
     assert "config" not in prod
 
@@ -252,6 +252,12 @@ def test_paper_dry_run_keeps_cards_under_a_limit_override_and_merges_get_no_gpu(
     assert max(int(r["runtime"]) for _, r, _ in jobs if "runtime" in r) <= 2500
     assert all(r["gpu"] == "0" and "gpu_model" not in r and "constraint" not in r
                for r in merges)
+    # the partition follows the GPU request (cluster settings `partitions`): a merge, a CPU
+    # rule's job -> cpu; every job that requests a GPU -> gpu
+    assert {r["slurm_partition"] for r in shards} == {"gpu"}
+    assert {r["slurm_partition"] for r in merges} == {"cpu"}
+    assert all(r["slurm_partition"] == ("gpu" if r.get("gpu") == "1" else "cpu")
+               for _, r, _ in jobs), [j for j in jobs if "slurm_partition" not in j[1]][:3]
     gpu_jobs = [(rule, r) for rule, r, _ in jobs if r.get("gpu") == "1"]
     assert {rule for rule, _ in gpu_jobs} >= {"train_model", "autoattack", "invert_shard",
                                               "train_evaluation_model", "real_embeddings"}
@@ -271,6 +277,7 @@ def test_demo_on_the_profile_requests_no_gpu(tmp_path):
            if r.get("gpu", "0") != "0" or r.get("gpu_model") or r.get("constraint")]
     assert not gpu, gpu[:5]
     assert {"train_model", "invert"} <= {rule for rule, _, _ in jobs}
+    assert {r.get("slurm_partition") for _, r, _ in jobs} == {"cpu"}   # nothing on the GPU one
 
 
 @pytest.mark.slow
@@ -344,13 +351,14 @@ def test_retry_asks_for_more_time(tmp_path):
 
 
 def test_bad_partition_stops_before_any_submission(tmp_path):
-    """Executor slurm, a fake sinfo without the profile's GPU partition (and a fake sbatch
-    that records its calls): the run stops in onstart naming the partition and the rules
-    asking for it; sbatch is never called."""
+    """Executor slurm, a fake sinfo without the cluster settings' CPU partition (and a fake
+    sbatch that records its calls): the run stops in onstart naming the partition and the
+    rules asking for it; sbatch is never called. (The demo runs without a GPU, so its jobs
+    ask for the CPU partition.)"""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     calls = tmp_path / "sbatch.calls"
-    (bin_dir / "sinfo").write_text("#!/bin/sh\nprintf 'cpu*|(null)|(null)\\ngpux|gpu:a100_80g:4|(null)\\n'\n")
+    (bin_dir / "sinfo").write_text("#!/bin/sh\nprintf 'cpux*|(null)|(null)\\ngpu|gpu:a100_80g:4|(null)\\n'\n")
     (bin_dir / "sbatch").write_text(f"#!/bin/sh\necho \"$@\" >> {calls}\nexit 1\n")
     for name in ("squeue", "sacct"):   # the plugin needs one of them to exist
         (bin_dir / name).write_text("#!/bin/sh\nexit 0\n")
@@ -364,9 +372,9 @@ def test_bad_partition_stops_before_any_submission(tmp_path):
         cwd=ROOT, capture_output=True, text=True, timeout=600, env=env)
     text = proc.stdout + proc.stderr
     assert proc.returncode != 0, text[-3000:]
-    assert "partition 'gpu' does not exist (sinfo lists: cpu, gpux) -- requested by" in text, \
+    assert "partition 'cpu' does not exist (sinfo lists: cpux, gpu) -- requested by" in text, \
         text[-3000:]
-    assert "train_model" in text.split("partition 'gpu' does not exist")[1].splitlines()[0]
+    assert "train_model" in text.split("partition 'cpu' does not exist")[1].splitlines()[0]
     assert not calls.exists()
 
 

@@ -755,6 +755,7 @@ from atat.plan.cluster import SINFO_FORMAT as _SINFO_FORMAT  # noqa: E402
 from atat.plan.cluster import check_gpu_cards as _check_gpu_cards  # noqa: E402
 from atat.plan.cluster import cluster_name_problems as _cluster_name_problems  # noqa: E402
 from atat.plan.cluster import load_cluster_settings as _load_cluster_settings  # noqa: E402
+from atat.plan.cluster import job_partition as _job_partition  # noqa: E402
 from atat.plan.cluster import parse_sinfo as _parse_sinfo  # noqa: E402
 from atat.plan.cluster import retry_runtime_min as _retry_runtime_min  # noqa: E402
 from atat.plan.cluster import unsupported_cards as _unsupported_cards  # noqa: E402
@@ -841,6 +842,34 @@ def _shape(wildcards):
 def _need_mb(rule, wildcards):
     """Estimated GPU memory of the job (atat.plan.gpu_memory), MiB; None: no memory model."""
     return _need_mb_of(rule, _shape(wildcards))
+
+
+#: the partition names (cluster settings `partitions`; None: SLURM's default partition)
+PARTITIONS = CLUSTER.get("partitions")
+
+
+def assign_partitions():
+    """Resource slurm_partition of every rule that does not set one itself, from the cluster
+    settings' `partitions` (atat.plan.cluster.job_partition): a GPU rule's job (one with a
+    `gpu` resource) asks for the GPU partition when it requests a GPU and for the CPU one when
+    it runs without (a merging invert, `device: cpu`); every other rule's job for the CPU one.
+    The Snakefile calls this after its last rule. A profile's set-resources still wins."""
+    if not PARTITIONS:
+        return
+    for each in workflow.rules:
+        if "slurm_partition" in each.resources:
+            continue
+        if "gpu" in each.resources:
+            each.resources["slurm_partition"] = _partition_function(each.name)
+        else:
+            each.resources["slurm_partition"] = _job_partition(PARTITIONS, False)
+
+
+def _partition_function(rule):
+    def partition(wildcards):
+        return _job_partition(PARTITIONS, _on_gpu(rule, wildcards))
+
+    return partition
 
 
 def gpu_count(rule):
@@ -1025,6 +1054,6 @@ def check_cluster_before_jobs():
         )
     if problems:
         raise WorkflowError(
-            "sbatch would refuse these names (profiles/slurm/config.yaml set-resources, the "
-            "cluster settings' gpu_cards); nothing was submitted:\n  " + "\n  ".join(problems)
+            "sbatch would refuse these names (the cluster settings' partitions and gpu_cards, "
+            "a profile's set-resources); nothing was submitted:\n  " + "\n  ".join(problems)
         )

@@ -7,8 +7,15 @@ file, or ``none`` for no cluster settings), not in the profile's ``config:`` lis
 ``--config`` on the command line replaces that whole list, while this file is merged key by
 key -- ``--config max_runtime_min=1440`` changes the limit and keeps ``gpu_cards``. Keys
 (:data:`CLUSTER_KEYS`): ``max_runtime_min`` (the GPU partition's limit in minutes),
-``gpu_cards`` (the cards, below) and ``gpu_card_resource`` (``gpu_model``: ``sbatch
---gpus=<card>:1``; ``constraint``: ``sbatch -C <card>``).
+``gpu_cards`` (the cards, below), ``gpu_card_resource`` (``gpu_model``: ``sbatch
+--gpus=<card>:1``; ``constraint``: ``sbatch -C <card>``) and ``partitions``.
+
+**Partitions.** ``partitions: {gpu: NAME, cpu: NAME}``, the one home of the partition names:
+every job asks for the ``gpu`` one when it requests a GPU and for the ``cpu`` one otherwise --
+a CPU rule's job, and a GPU rule's job that runs without a GPU (rule ``invert`` merging its
+shards, anything under ``device: cpu``), which a GPU partition may refuse or bill as GPU time
+(:func:`job_partition`; the workflow sets the resource ``slurm_partition`` of every rule from
+it). Absent (or null): no partition is requested and SLURM uses its default one.
 
 **Cards.** ``gpu_cards`` is ``"name=MB,name=MB@X.Y,..."`` or a mapping ``name: MB`` /
 ``name: "MB@X.Y"``: each card's memory in MiB and, optionally, its compute capability X.Y
@@ -35,11 +42,13 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import yaml
 
-__all__ = ["CLUSTER_KEYS", "Card", "DEFAULT_SETTINGS_FILE", "RETRY_GROWTH", "SINFO_FORMAT",
+__all__ = ["CLUSTER_KEYS", "Card", "PARTITION_KINDS", "job_partition", "DEFAULT_SETTINGS_FILE", "RETRY_GROWTH", "SINFO_FORMAT",
            "check_gpu_cards", "cluster_name_problems", "GpuCardError", "load_cluster_settings",
            "parse_cards", "parse_sinfo", "retry_runtime_min", "unsupported_cards"]
 
-CLUSTER_KEYS = ("max_runtime_min", "gpu_cards", "gpu_card_resource")
+CLUSTER_KEYS = ("max_runtime_min", "gpu_cards", "gpu_card_resource", "partitions")
+#: the keys of ``partitions``
+PARTITION_KINDS = ("gpu", "cpu")
 #: relative to the repository (the workflow's base directory)
 DEFAULT_SETTINGS_FILE = "profiles/slurm/cluster.yaml"
 NO_SETTINGS = ("", "none", "null")
@@ -102,7 +111,31 @@ def _check(settings: Mapping[str, Any], where: str) -> dict[str, Any]:
         raise ValueError(f"{where}: gpu_card_resource must be one of "
                          f"{', '.join(CARD_RESOURCES)}, got {resource!r}")
     out["gpu_card_resource"] = resource
+    out["partitions"] = _partitions(out.get("partitions"), f"{where}: partitions")
     return out
+
+
+def _partitions(value: Any, where: str) -> dict[str, str] | None:
+    if value is None:
+        return None
+    if not isinstance(value, Mapping) or set(map(str, value)) != set(PARTITION_KINDS):
+        raise ValueError(f"{where}: expected a mapping with exactly the keys gpu and cpu "
+                         f"(partition names, sinfo -s), got {value!r}")
+    out = {}
+    for kind in PARTITION_KINDS:
+        name = str(value[kind]).strip()
+        if not re.fullmatch(r"[A-Za-z0-9_.\-]+", name):
+            raise ValueError(f"{where}.{kind}: {value[kind]!r} is not a partition name")
+        out[kind] = name
+    return out
+
+
+def job_partition(partitions: Mapping[str, str] | None, on_gpu: bool) -> str | None:
+    """The partition a job asks for (module doc): the ``gpu`` one with a GPU, else ``cpu``;
+    None without ``partitions``."""
+    if not partitions:
+        return None
+    return partitions["gpu" if on_gpu else "cpu"]
 
 
 def settings_file(config: Mapping[str, Any], basedir: str | Path) -> Path | None:
