@@ -130,8 +130,9 @@ def test_the_dog_breeds_are_planned_only_with_their_overlay(dags):
     """The demo plans no dog job and no Table 26 (2026-12-06); config/overlays/demo-dogs.yaml
     after demo.yaml adds exactly the dog block's jobs: the population, its prior with its
     quality instrument, evaluation model and public classifier, 18 models through AutoAttack,
-    HSIC and PPA, their two reconstruction figures and Table 26 (522 = 435 + 87 jobs; the
-    demo's 435 include the pretraining population and its 3 backbones, which the dogs share)."""
+    HSIC and PPA, their two reconstruction figures and Table 26 (523 = 436 + 87 jobs; the
+    demo's 436 include the pretraining population and its 4 backbones -- the targets' 3 at 32 px
+    and the judge's ResNet-10 at 64 px -- which the dogs share)."""
     demo = set(dags["demo"].deps)
     assert not [k for k in demo if any("synthdogs" in f or "table26" in f for f in k[1])]
     assert "table26" not in _rules(demo)
@@ -145,7 +146,7 @@ def test_the_dog_breeds_are_planned_only_with_their_overlay(dags):
         "train_generator": 1, "prior_quality": 1, "train_evaluation_model": 1,
         "train_face_embedding": 1, "real_embeddings": 1, "output_summary": 1,
         "output_per_image": 1, "table26": 1})
-    assert len(demo) == 435 and len(dogs) == 522   # the dry runs' totals (with `all`)
+    assert len(demo) == 436 and len(dogs) == 523   # the dry runs' totals (with `all`)
 
 
 def test_pilot_overlay_is_one_model_through_every_gpu_rule():
