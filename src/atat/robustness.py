@@ -899,20 +899,24 @@ def first_examples(dataset_root: str | Path, split: str, n: int, resolution: int
     return x, y
 
 
+class DefenseLogits(torch.nn.Module):
+    """A trained model through its defense's inference path (``defense.logits``), on the
+    models' [-1, 1] inputs, as a module (so it can be copied and put in train or eval mode)."""
+
+    def __init__(self, model: torch.nn.Module, defense: Any) -> None:
+        super().__init__()
+        self.inner = model
+        self.defense = defense
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.defense.logits(self.inner, x)
+
+
 def _trained_model(model_path: str | Path, device: str) -> tuple[NormalizedModel, dict]:
     """The trained model as AutoAttack sees it: [0, 1] inputs → logits through the defense's
     inference path, eval mode."""
     model, defense, ckpt = load_model(model_path, device)
-
-    class Logits(torch.nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.inner = model
-
-        def forward(self, x: torch.Tensor) -> torch.Tensor:
-            return defense.logits(self.inner, x)
-
-    return NormalizedModel(Logits()).eval(), ckpt
+    return NormalizedModel(DefenseLogits(model, defense)).eval(), ckpt
 
 
 def evaluate_autoattack_model_file(*, model_path: str | Path, dataset_root: str | Path,
@@ -1109,7 +1113,7 @@ def precision_benchmark_main(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
-__all__ = ["NormalizedModel", "no_tf32", "evaluate_autoattack",
+__all__ = ["DefenseLogits", "NormalizedModel", "no_tf32", "evaluate_autoattack",
            "evaluate_autoattack_with_adversarials", "evaluate_autoattack_model_file",
            "first_examples", "compare_precisions", "precision_benchmark",
            "precision_benchmark_main", "STANDARD_ATTACKS", "KNOWN_ATTACKS", "PAPER_EPSILONS",

@@ -199,15 +199,14 @@ def measure(model_path: str | Path, dataset_root: str | Path, *, resolution: int
     return record
 
 
-
 #: the ladder of factors of the training-side anchor (docs/decisions.md#one-ε-scale, revision 2)
 TRAINING_ATTACK_LADDER = (1.0, 2.0, 5.0, 10.0, 20.0, 50.0)
 
 
 def training_attack_success(model: nn.Module, x_input: Tensor, y: Tensor, *, n_classes: int,
                             factors: Sequence[float] = TRAINING_ATTACK_LADDER,
-                            batch_size: int = 64, seed: int = 0, train_mode: bool = True,
-                            settings: dict[str, Any] | None = None) -> dict[str, dict[str, float]]:
+                            batch_size: int = 64, seed: int = 0, train_mode: bool = True
+                            ) -> dict[str, dict[str, float]]:
     """AT-AT's own training attack (:func:`atat.training.pgd.pgd`, targeted to
     :func:`~atat.training.pgd.sample_targets`, AT-AT's iterations, step ε/5, random start) at
     ``f x`` AT-AT's paper ε (input units) for each factor: the share of ``x_input`` (in [-1, 1]
@@ -221,7 +220,7 @@ def training_attack_success(model: nn.Module, x_input: Tensor, y: Tensor, *, n_c
     from atat.training.defense_defaults import ATAT_DEFAULTS
     from atat.training.pgd import pgd, sample_targets
 
-    p = {**ATAT_DEFAULTS, **(settings or {})}
+    p = ATAT_DEFAULTS
     net = copy.deepcopy(model)
     net.train(train_mode)
     for q in net.parameters():
@@ -271,17 +270,17 @@ def measure_training_attack(model_path: str | Path, dataset_root: str | Path, *,
                             factors: Sequence[float] = TRAINING_ATTACK_LADDER
                             ) -> dict[str, Any]:
     """The JSON record of the training-side anchor on one model file (train and eval mode)."""
+    from atat.data.loading import make_loader
+    from atat.robustness import DefenseLogits
     from atat.training.train import load_model
 
     torch.manual_seed(seed)
     model, defense, ckpt = load_model(model_path, "cpu")
-    from atat.data.loading import make_loader
-
     loader = make_loader(dataset_root, split, resolution=resolution, batch_size=256,
                          train=False, normalize=True)
     xs, ys = zip(*loader)
     x_input, y = torch.cat(xs), torch.cat(ys)   # [-1, 1] input units, every image of the split
-    net = _Logits(model, defense)
+    net = DefenseLogits(model, defense)
     t0 = time.process_time()
     with torch.no_grad():
         clean = float((net.eval()(x_input).argmax(1) == y).float().mean())
@@ -304,18 +303,6 @@ def measure_training_attack(model_path: str | Path, dataset_root: str | Path, *,
     rec["date"] = datetime.date.today().isoformat()
     rec["torch_version"] = torch.__version__
     return rec
-
-
-class _Logits(nn.Module):
-    """A trained model through its defense's inference path, on [-1, 1] inputs."""
-
-    def __init__(self, model: nn.Module, defense: Any) -> None:
-        super().__init__()
-        self.inner = model
-        self.defense = defense
-
-    def forward(self, x: Tensor) -> Tensor:
-        return self.defense.logits(self.inner, x)
 
 
 def compare(a: dict[str, Any], b: dict[str, Any], target_resolution: int = 224

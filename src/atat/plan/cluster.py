@@ -42,9 +42,10 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import yaml
 
-__all__ = ["CLUSTER_KEYS", "Card", "PARTITION_KINDS", "job_partition", "DEFAULT_SETTINGS_FILE", "RETRY_GROWTH", "SINFO_FORMAT",
-           "check_gpu_cards", "cluster_name_problems", "GpuCardError", "load_cluster_settings",
-           "parse_cards", "parse_sinfo", "retry_runtime_min", "unsupported_cards"]
+__all__ = ["CLUSTER_KEYS", "Card", "DEFAULT_SETTINGS_FILE", "PARTITION_KINDS", "RETRY_GROWTH",
+           "SINFO_FORMAT", "check_gpu_cards", "cluster_name_problems", "GpuCardError",
+           "job_partition", "load_cluster_settings", "parse_cards", "parse_sinfo",
+           "retry_runtime_min", "unsupported_cards"]
 
 CLUSTER_KEYS = ("max_runtime_min", "gpu_cards", "gpu_card_resource", "partitions")
 #: the keys of ``partitions``
