@@ -32,6 +32,30 @@ def test_paper_and_demo_configs_are_valid(demo, demo_dogs):
     validate_config(demo_dogs)
 
 
+# every overlay stack the slow tests run through Snakemake (tests/test_workflow.py and the
+# others named in each .test/*/config.yaml header); validated here in a second, so that a
+# change of the demo that one of them no longer satisfies fails the quick suite, not CI's
+TEST_STACKS = {
+    "tiny": (PAPER, DEMO, ROOT / ".test" / "tiny" / "config.yaml"),
+    "all-defenses": (PAPER, DEMO, ROOT / ".test" / "tiny" / "config.yaml",
+                     ROOT / ".test" / "all-defenses" / "config.yaml"),
+    "stats": (PAPER, DEMO, ROOT / ".test" / "tiny" / "config.yaml",
+              ROOT / ".test" / "stats" / "config.yaml"),
+    "minimal": (PAPER, DEMO, ROOT / ".test" / "minimal" / "config.yaml"),
+    "paper-shapes": (PAPER, ROOT / ".test" / "paper-shapes" / "config.yaml"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(TEST_STACKS))
+def test_every_test_config_stack_is_valid(name):
+    validate_config(load_config(*TEST_STACKS[name]))
+
+
+def test_every_test_config_is_in_a_checked_stack():
+    checked = {p for stack in TEST_STACKS.values() for p in stack}
+    assert set((ROOT / ".test").glob("*/config.yaml")) <= checked
+
+
 def test_the_dog_overlay_is_the_demo_plus_the_dogs():
     """config/overlays/demo-dogs.yaml restates demo.yaml's lists (lists replace lists): its
     grid is demo.yaml's plus Table 26's row, its inversion overrides the dogs' PPA exception
