@@ -391,13 +391,14 @@ def test_demo_cpu_forecast_against_the_second_design_s_run():
 
 @pytest.mark.slow
 def test_demo_cpu_forecast_against_the_fourth_design_s_run():
-    """The demo as configured against its run from empty of d76d22c (docs/forecast.md): the
+    """The demo against its run from empty of d76d22c (docs/forecast.md), as that run planned
+    it (tests/data/demo_fourth_design.yaml: the claims cell's PPA search space of then): the
     DAG plans the jobs the run measured, rule by rule, and every rule with >= 10 measured CPU-s
     is within ±30% but the three named there: AutoAttack (its upper bound here; 1.15 with the
     run's records), the prior's training (0.60) and the face network (0.59)."""
     from atat.lab import forecast as fc
 
-    jobs, config = fc.dag_jobs([DEMO])
+    jobs, config = fc.dag_jobs([DEMO, ROOT / "tests" / "data" / "demo_fourth_design.yaml"])
     cpu = fc.read_cpu_rates(ROOT / "tests" / "data" / "forecast_cpu_2026-12-06-sbs.csv")
     cmp = {c["rule"]: c for c in fc.compare(
         fc.forecast(jobs, config, gpu=None, cpu=cpu),
