@@ -369,6 +369,18 @@ def test_demo_cpu_forecast_against_the_measured_run():
     assert cmp["autoattack"]["ratio"] > 1.3      # the upper bound; the records give 0.99
 
 
+def _demo_forecast_against_run(configs, measured_csv):
+    """The demo's DAG under ``configs`` forecast with the committed side-by-side calibration
+    and compared, rule by rule, with a measured run's jobstats (tests/data/<measured_csv>)."""
+    from atat.lab import forecast as fc
+
+    jobs, config = fc.dag_jobs(configs)
+    cpu = fc.read_cpu_rates(ROOT / "tests" / "data" / "forecast_cpu_2026-12-06-sbs.csv")
+    return {c["rule"]: c for c in fc.compare(
+        fc.forecast(jobs, config, gpu=None, cpu=cpu),
+        fc.read_measured(ROOT / "tests" / "data" / measured_csv))}
+
+
 @pytest.mark.slow
 def test_demo_cpu_forecast_against_the_second_design_s_run():
     """The committed calibration and model (fixed before that run finished) against the run
@@ -376,17 +388,10 @@ def test_demo_cpu_forecast_against_the_second_design_s_run():
     measured CPU-s but AutoAttack within ±30% (docs/forecast.md). The demo has changed since
     (pretraining, ResNet-10's 15 epochs, AutoAttack on 256 examples): the DAG is the demo's
     with tests/data/demo_before_pretraining.yaml, what that run planned."""
-    from atat.lab import forecast as fc
-
-    jobs, config = fc.dag_jobs([DEMO, BEFORE_PRETRAINING])
-    cpu = fc.read_cpu_rates(ROOT / "tests" / "data" / "forecast_cpu_2026-12-06-sbs.csv")
-    cmp = {c["rule"]: c for c in fc.compare(
-        fc.forecast(jobs, config, gpu=None, cpu=cpu),
-        fc.read_measured(ROOT / "tests" / "data" / "demo_jobstats_9cf82ad.csv"))}
+    cmp = _demo_forecast_against_run([DEMO, BEFORE_PRETRAINING], "demo_jobstats_9cf82ad.csv")
     assert all(c["jobs_measured"] == c["jobs_forecast"] for c in cmp.values()), cmp
     assert len(cmp) == 14
     assert all(c["within"] for r, c in cmp.items() if r != "autoattack"), cmp
-
 
 
 @pytest.mark.slow
@@ -396,13 +401,8 @@ def test_demo_cpu_forecast_against_the_fourth_design_s_run():
     DAG plans the jobs the run measured, rule by rule, and every rule with >= 10 measured CPU-s
     is within ±30% but the three named there: AutoAttack (its upper bound here; 1.15 with the
     run's records), the prior's training (0.60) and the face network (0.59)."""
-    from atat.lab import forecast as fc
-
-    jobs, config = fc.dag_jobs([DEMO, ROOT / "tests" / "data" / "demo_fourth_design.yaml"])
-    cpu = fc.read_cpu_rates(ROOT / "tests" / "data" / "forecast_cpu_2026-12-06-sbs.csv")
-    cmp = {c["rule"]: c for c in fc.compare(
-        fc.forecast(jobs, config, gpu=None, cpu=cpu),
-        fc.read_measured(ROOT / "tests" / "data" / "demo_jobstats_d76d22c.csv"))}
+    cmp = _demo_forecast_against_run([DEMO, ROOT / "tests" / "data" / "demo_fourth_design.yaml"],
+                                     "demo_jobstats_d76d22c.csv")
     assert all(c["jobs_measured"] == c["jobs_forecast"] for c in cmp.values()), cmp
     assert len(cmp) == 15
     outside = {r for r, c in cmp.items() if not c["within"]}
